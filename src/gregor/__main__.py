@@ -1,0 +1,3 @@
+from gregor.cli import main
+
+raise SystemExit(main())

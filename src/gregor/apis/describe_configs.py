@@ -1,0 +1,152 @@
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics and this
+broker. Config sources are Kafka's: a topic override is DYNAMIC_TOPIC_CONFIG, a key set in
+server.properties or --override is STATIC_BROKER_CONFIG, the rest DEFAULT_CONFIG."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.broker import Broker
+from gregor.cluster.topics import Topic
+from gregor.config import KEYS, TOPIC_KEYS
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.server.dispatcher import RequestContext, handles
+
+TOPIC, BROKER = 2, 4
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
+
+# topic config -> the broker key it defaults from (Kafka's synonyms)
+TOPIC_SYNONYMS = {
+    "cleanup.policy": "log.cleanup.policy", "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes", "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms", "segment.index.bytes": "log.index.size.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes", "max.message.bytes": "message.max.bytes",
+    "flush.messages": "log.flush.interval.messages", "flush.ms": "log.flush.interval.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "message.timestamp.type": "log.message.timestamp.type", "file.delete.delay.ms": "file.delete.delay.ms",
+}
+
+
+def render(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _type_of(value: Any, key: str) -> int:
+    if key == "cleanup.policy" or key == "log.cleanup.policy":
+        return TYPE_LIST
+    if isinstance(value, bool):
+        return TYPE_BOOLEAN
+    if isinstance(value, float):
+        return TYPE_DOUBLE
+    if isinstance(value, int):
+        return TYPE_LONG if abs(value) > 2**31 - 1 or key.endswith((".ms", ".bytes")) else TYPE_INT
+    return TYPE_STRING
+
+
+def topic_config_entries(broker: Broker, topic: Topic, keys: list[str] | None,
+                         synonyms: bool = False) -> list[dict[str, Any]]:
+    effective = broker.logs.topic_config(topic)
+    out = []
+    for key in sorted(set(TOPIC_KEYS) | set(topic.configs)):
+        if keys is not None and key not in keys:
+            continue
+        value = effective.get(key, topic.configs.get(key))
+        broker_key = TOPIC_SYNONYMS.get(key)
+        if key in topic.configs:
+            source = DYNAMIC_TOPIC_CONFIG
+        elif broker_key is not None and broker_key in broker.config.values:
+            source = STATIC_BROKER_CONFIG
+        else:
+            source = DEFAULT_CONFIG
+        syn = []
+        if synonyms:
+            if key in topic.configs:
+                syn.append({"name": key, "value": render(topic.configs[key]), "source": DYNAMIC_TOPIC_CONFIG})
+            if broker_key is not None and broker_key in broker.config.values:
+                syn.append({"name": broker_key, "value": render(broker.config.values[broker_key]),
+                            "source": STATIC_BROKER_CONFIG})
+            if broker_key is not None:
+                syn.append({"name": broker_key, "value": render(KEYS[broker_key].default), "source": DEFAULT_CONFIG})
+        out.append({"name": key, "value": render(value), "read_only": False, "config_source": source,
+                    "is_sensitive": False, "synonyms": syn, "config_type": _type_of(value, key),
+                    "documentation": None})
+    return out
+
+
+def broker_config_entries(broker: Broker, keys: list[str] | None) -> list[dict[str, Any]]:
+    out = []
+    for key, spec in sorted(KEYS.items()):
+        if keys is not None and key not in keys:
+            continue
+        explicit = key in broker.config.values
+        value = broker.config[key]
+        out.append({"name": key, "value": render(value), "read_only": True,
+                    "config_source": STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG,
+                    "is_sensitive": False, "synonyms": [], "config_type": _type_of(value, key),
+                    "documentation": spec.doc})
+    return out
+
+
+@handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
+async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    results = []
+    for r in req.resources:
+        keys = list(r.configuration_keys) if r.configuration_keys is not None else None
+        res: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
+                               "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": []}
+        if r.resource_type == TOPIC:
+            topic = broker.topics.get(r.resource_name)
+            if topic is None:
+                res["error_code"] = ErrorCode.unknown_topic_or_partition
+                res["error_message"] = f"topic '{r.resource_name}' does not exist"
+            else:
+                res["configs"] = topic_config_entries(broker, topic, keys, getattr(req, "include_synonyms", False))
+        elif r.resource_type == BROKER:
+            if r.resource_name not in ("", str(broker.node_id)):
+                res["error_code"] = ErrorCode.invalid_request
+                res["error_message"] = f"unknown broker '{r.resource_name}'"
+            else:
+                res["configs"] = broker_config_entries(broker, keys)
+        else:
+            res["error_code"] = ErrorCode.invalid_request
+            res["error_message"] = f"resource type {r.resource_type} is not supported"
+        results.append(res)
+    return {"throttle_time": 0, "results": results}
+
+
+def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[str, Any]]:
+    out = []
+    for r in req.resources:
+        res: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
+                               "resource_type": r.resource_type, "resource_name": r.resource_name}
+        try:
+            if r.resource_type != TOPIC:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 "broker configs are static here: set them in server.properties or --override")
+            values = {c.name: c.value for c in r.configs}
+            ops = {c.name: c.config_operation for c in r.configs} if incremental else None
+            ctx.broker.alter_topic_configs(r.resource_name, values, ops, req.validate_only)
+        except KafkaError as e:
+            res["error_code"] = e.code
+            res["error_message"] = e.message
+        out.append(res)
+    return out
+
+
+@handles(ApiKey.ALTER_CONFIGS, 0, 2)
+async def alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": _alter(ctx, req, incremental=False)}
+
+
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": _alter(ctx, req, incremental=True)}

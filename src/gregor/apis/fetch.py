@@ -1,0 +1,117 @@
+"""Fetch (1): serve byte ranges of partition logs, long-polling up to ``max_wait`` until
+``min_bytes`` are available.
+
+Limits as in Kafka: ``partition_max_bytes`` per partition and ``max_bytes`` for the response,
+except that the first partition with data always gets at least one whole batch (KIP-74) so a
+consumer can never be stuck behind a batch larger than its limits.
+
+Fetch sessions (KIP-227) are declined the way a Kafka broker with a full session cache declines
+them: every response carries session id 0, so clients keep sending full fetch requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.server.dispatcher import RequestContext, handles
+
+INVALID_SESSION_ID = 0
+FINAL_EPOCH = -1
+
+
+@handles(ApiKey.FETCH, 4, 16)
+async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    session_id = getattr(req, "session_id", 0)
+    session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
+    if session_id != INVALID_SESSION_ID:
+        return _top_error(ErrorCode.fetch_session_id_not_found)
+    if session_epoch not in (0, FINAL_EPOCH):
+        return _top_error(ErrorCode.invalid_fetch_session_epoch)
+
+    by_id = ctx.version >= 13
+    wanted = _resolve(ctx, req, by_id)
+    max_wait = req.max_wait.total_seconds()
+    min_bytes = max(req.min_bytes, 1)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait
+    while True:
+        responses, total, any_error = _read_all(ctx, req, wanted, by_id)
+        remaining = deadline - loop.time()
+        if total >= min_bytes or any_error or remaining <= 0:
+            break
+        await ctx.broker.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": INVALID_SESSION_ID,
+            "responses": responses}
+
+
+def _top_error(code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "session_id": INVALID_SESSION_ID, "responses": []}
+
+
+# (topic name or None if unknown, partition, fetch offset, partition max bytes, topic key, error)
+Wanted = tuple[str | None, int, int, int, Any, ErrorCode]
+
+
+def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
+    out: list[Wanted] = []
+    topics = ctx.broker.topics
+    for ft in req.topics:
+        if by_id:
+            key = ft.topic_id
+            topic = topics.by_id.get(key) if isinstance(key, uuid.UUID) else None
+            missing = ErrorCode.unknown_topic_id
+        else:
+            key = ft.topic
+            topic = topics.get(key)
+            missing = ErrorCode.unknown_topic_or_partition
+        for fp in ft.partitions:
+            if topic is None:
+                out.append((None, fp.partition, fp.fetch_offset, fp.partition_max_bytes, key, missing))
+            else:
+                out.append((topic.name, fp.partition, fp.fetch_offset, fp.partition_max_bytes, key,
+                            ErrorCode.none))
+    return out
+
+
+def _read_all(ctx: RequestContext, req: Any, wanted: list[Wanted], by_id: bool
+              ) -> tuple[list[dict[str, Any]], int, bool]:
+    logs = ctx.broker.logs
+    budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+    total = 0
+    any_error = False
+    first_with_data = True
+    grouped: dict[Any, list[dict[str, Any]]] = {}
+    for name, partition, offset, pmax, key, err in wanted:
+        entry: dict[str, Any] = {"partition_index": partition, "error_code": err, "high_watermark": -1,
+                                 "last_stable_offset": -1, "log_start_offset": -1,
+                                 "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+        plog = logs.get(name, partition) if name is not None else None
+        if name is not None and plog is None:
+            entry["error_code"] = ErrorCode.unknown_topic_or_partition
+        if plog is not None:
+            try:
+                limit = min(pmax, budget)
+                res = plog.read(offset, limit, min_one_batch=first_with_data)
+                entry["records"] = res.records
+                entry["high_watermark"] = res.high_watermark
+                entry["last_stable_offset"] = res.high_watermark
+                entry["log_start_offset"] = res.log_start_offset
+                if res.records:
+                    first_with_data = False
+                    total += len(res.records)
+                    budget = max(budget - len(res.records), 0)
+            except KafkaError as e:
+                entry["error_code"] = e.code
+                entry["high_watermark"] = plog.high_watermark
+                entry["last_stable_offset"] = plog.high_watermark
+                entry["log_start_offset"] = plog.log_start_offset
+        if entry["error_code"]:
+            any_error = True
+        grouped.setdefault(key, []).append(entry)
+    topic_field = "topic_id" if by_id else "topic"
+    responses = [{topic_field: k, "partitions": parts} for k, parts in grouped.items()]
+    return responses, total, any_error

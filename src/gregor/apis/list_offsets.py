@@ -1,0 +1,43 @@
+"""ListOffsets (2): earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), or the
+first offset whose timestamp is at or after a given time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+from gregor.server.dispatcher import RequestContext, handles
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+
+
+@handles(ApiKey.LIST_OFFSETS, 1, 8)
+async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
+                                     "timestamp": -1, "offset": -1, "leader_epoch": 0}
+            plog = ctx.broker.logs.get(t.name, p.partition_index)
+            ts = p.timestamp
+            if plog is None:
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
+            elif ts == LATEST:
+                entry["offset"] = plog.high_watermark
+            elif ts in (EARLIEST, EARLIEST_LOCAL):
+                entry["offset"] = plog.log_start_offset
+            elif ts == MAX_TIMESTAMP:
+                found = plog.max_timestamp_offset()
+                if found is not None:
+                    entry["offset"], entry["timestamp"] = found
+            elif ts < 0:
+                entry["error_code"] = ErrorCode.invalid_request
+            else:
+                hit = plog.offset_for_timestamp(ts)
+                if hit is not None:
+                    entry["offset"], entry["timestamp"] = hit
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}

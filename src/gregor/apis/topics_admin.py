@@ -1,0 +1,100 @@
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37): thin wrappers over the broker's
+topic operations; each topic is answered on its own, one failure does not fail the others."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.apis.describe_configs import topic_config_entries
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.server.dispatcher import RequestContext, handles
+
+
+@handles(ApiKey.CREATE_TOPICS, 2, 7)
+async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    results = []
+    seen: set[str] = set()
+    for t in req.topics:
+        res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
+                               "num_partitions": -1, "replication_factor": -1, "configs": None,
+                               "topic_id": None}
+        try:
+            if t.name in seen:
+                raise KafkaError(ErrorCode.invalid_request, f"topic '{t.name}' appears twice in the request")
+            seen.add(t.name)
+            if t.assignments:
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    raise KafkaError(ErrorCode.invalid_request,
+                                     "give either replica assignments or partitions and replication factor")
+                if any(list(a.broker_ids) != [broker.node_id] for a in t.assignments):
+                    raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                     f"this cluster has one broker ({broker.node_id})")
+                partitions = len(t.assignments)
+            else:
+                partitions = t.num_partitions
+            if t.replication_factor not in (-1, 1):
+                raise KafkaError(ErrorCode.invalid_replication_factor,
+                                 f"replication factor {t.replication_factor} is larger than the 1 available broker")
+            configs = {c.name: c.value for c in t.configs}
+            topic = broker.create_topic(t.name, partitions, configs, validate_only=req.validate_only)
+            res["num_partitions"] = partitions if partitions != -1 else broker.config["num.partitions"]
+            res["replication_factor"] = 1
+            if topic is not None:
+                res["topic_id"] = topic.topic_id
+                res["configs"] = [
+                    {"name": e["name"], "value": e["value"], "read_only": False,
+                     "config_source": e["config_source"], "is_sensitive": False}
+                    for e in topic_config_entries(broker, topic, None)
+                ]
+        except KafkaError as e:
+            res["error_code"] = e.code
+            res["error_message"] = e.message
+        results.append(res)
+    return {"throttle_time": 0, "topics": results}
+
+
+@handles(ApiKey.DELETE_TOPICS, 1, 6)
+async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    requests: list[tuple[str | None, Any]] = []
+    if ctx.version >= 6:
+        requests = [(t.name, t.topic_id) for t in req.topics]
+    else:
+        requests = [(n, None) for n in req.topic_names]
+    results = []
+    for name, tid in requests:
+        res: dict[str, Any] = {"name": name, "topic_id": tid, "error_code": ErrorCode.none, "error_message": None}
+        try:
+            if name is None:
+                topic = broker.topics.by_id.get(tid)
+                if topic is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {tid}")
+                name = res["name"] = topic.name
+            deleted = broker.delete_topic(name)
+            res["topic_id"] = deleted.topic_id
+        except KafkaError as e:
+            res["error_code"] = e.code
+            res["error_message"] = e.message
+        results.append(res)
+    return {"throttle_time": 0, "responses": results}
+
+
+@handles(ApiKey.CREATE_PARTITIONS, 0, 3)
+async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    results = []
+    for t in req.topics:
+        res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
+        try:
+            if t.assignments is not None and any(
+                list(a.broker_ids) != [ctx.broker.node_id] for a in t.assignments
+            ):
+                raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                 f"this cluster has one broker ({ctx.broker.node_id})")
+            ctx.broker.add_partitions(t.name, t.count, validate_only=req.validate_only)
+        except KafkaError as e:
+            res["error_code"] = e.code
+            res["error_message"] = e.message
+        results.append(res)
+    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,218 @@
+"""The broker: wires configuration, topic registry, logs and listener together, and holds the
+topic operations the admin APIs share (create, delete, add partitions, alter configs)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gregor.cluster.producer_ids import ProducerIdManager
+from gregor.cluster.topics import Topic, TopicRegistry, validate_topic_name
+from gregor.config import BrokerConfig, ConfigError, parse_topic_config
+from gregor.log.log_manager import LogManager
+from gregor.log.partition_log import PartitionLog
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.server.dispatcher import load_all_apis
+
+log = logging.getLogger(__name__)
+
+MAX_PARTITIONS = 100_000
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id: int = config["node.id"]
+        self.data_dir: Path = config.data_dir
+        self.topics = TopicRegistry(self.data_dir)
+        self.logs = LogManager(self.data_dir, config.topic_defaults(), self.topics)
+        self.producer_ids = ProducerIdManager(self.data_dir)
+        self.cluster_id = ""
+        self.connections: set[Any] = set()
+        self.server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.request_stats: dict[int, list[float]] = {}
+        self.on_topic_created: list[Callable[[Topic], None]] = []
+        load_all_apis()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def open_storage(self) -> None:
+        self.logs.startup()
+        self.producer_ids.load()
+        self.cluster_id = self._load_cluster_id()
+
+    def _load_cluster_id(self) -> str:
+        meta = self.data_dir / "meta.properties"
+        values: dict[str, str] = {}
+        if meta.exists():
+            for line in meta.read_text().splitlines():
+                if "=" in line and not line.startswith("#"):
+                    k, v = line.split("=", 1)
+                    values[k.strip()] = v.strip()
+        configured = self.config["cluster.id"]
+        stored = values.get("cluster.id")
+        if stored and configured and stored != configured:
+            raise ConfigError(f"cluster.id={configured} does not match {stored} stored in {meta}")
+        if stored and values.get("node.id") and int(values["node.id"]) != self.node_id:
+            raise ConfigError(f"node.id={self.node_id} does not match node.id={values['node.id']} in {meta}")
+        cid = stored or configured or _random_cluster_id()
+        if not stored:
+            meta.write_text(f"version=1\ncluster.id={cid}\nnode.id={self.node_id}\n")
+        return cid
+
+    async def start(self) -> None:
+        from gregor.server.connection import KafkaConnection
+
+        self.open_storage()
+        host, port = self.config.listener()
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
+                                               backlog=1024)
+        self._tasks.append(loop.create_task(self._housekeeping()))
+        log.info("Gregor broker %d (cluster %s) listening on %s:%d, data in %s", self.node_id,
+                 self.cluster_id, host, self.bound_port, self.data_dir)
+
+    @property
+    def bound_port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish (bounded), flush, close the logs."""
+        if self.server is not None:
+            self.server.close()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        deadline = asyncio.get_running_loop().time() + 5.0
+        while any(not c.idle for c in self.connections) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        for c in list(self.connections):
+            c.close()
+        self.logs.shutdown()
+        log.info("broker %d stopped cleanly", self.node_id)
+
+    async def _housekeeping(self) -> None:
+        """Time-based flushes, checkpoints and retention, on Kafka's schedules."""
+        loop = asyncio.get_running_loop()
+        retention_every = self.config["log.retention.check.interval.ms"] / 1000
+        next_retention = loop.time() + retention_every
+        next_checkpoint = loop.time() + 60
+        while True:
+            await asyncio.sleep(0.1)
+            self.logs.flush_due()
+            now = loop.time()
+            if now >= next_retention:
+                next_retention = now + retention_every
+                self.logs.enforce_retention()
+            if now >= next_checkpoint:
+                next_checkpoint = now + 60
+                self.logs.write_checkpoints()
+
+    def metrics_observe(self, api_key: int, seconds: float) -> None:
+        s = self.request_stats.get(api_key)
+        if s is None:
+            self.request_stats[api_key] = [1, seconds]
+        else:
+            s[0] += 1
+            s[1] += seconds
+
+    # -- topic operations --------------------------------------------------------------------
+    def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get(topic, partition)
+
+    def create_topic(self, name: str, partitions: int, configs: dict[str, str | None],
+                     validate_only: bool = False, internal: bool = False) -> Topic | None:
+        validate_topic_name(name)
+        if self.topics.get(name) is not None:
+            raise KafkaError(ErrorCode.topic_already_exists, f"topic '{name}' already exists")
+        if partitions == -1:
+            partitions = self.config["num.partitions"]
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise KafkaError(ErrorCode.invalid_partitions, f"number of partitions must be 1..{MAX_PARTITIONS}")
+        parsed = self.parse_topic_configs(configs)
+        if validate_only:
+            return None
+        topic = self.topics.add(name, partitions, parsed, internal=internal)
+        self.logs.create_logs(topic)
+        log.info("created topic %s with %d partitions, configs %s", name, partitions, parsed)
+        for cb in self.on_topic_created:
+            cb(topic)
+        return topic
+
+    @staticmethod
+    def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, Any]:
+        parsed: dict[str, Any] = {}
+        for k, v in configs.items():
+            if v is None:
+                continue
+            try:
+                parsed[k] = parse_topic_config(k, v)
+            except ConfigError as e:
+                raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+        return parsed
+
+    def delete_topic(self, name: str) -> Topic:
+        if not self.config["delete.topic.enable"]:
+            raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
+        topic = self.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' does not exist")
+        if topic.internal:
+            raise KafkaError(ErrorCode.topic_authorization_failed, f"internal topic '{name}' cannot be deleted")
+        self.topics.remove(name)
+        self.logs.delete_logs(topic)
+        log.info("deleted topic %s", name)
+        return topic
+
+    def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' does not exist")
+        if topic.internal:
+            raise KafkaError(ErrorCode.invalid_request, f"partitions of internal topic '{name}' are fixed")
+        if count <= topic.partitions:
+            raise KafkaError(ErrorCode.invalid_partitions,
+                             f"topic '{name}' has {topic.partitions} partitions; the new count must be larger")
+        if count > MAX_PARTITIONS:
+            raise KafkaError(ErrorCode.invalid_partitions, f"number of partitions must be at most {MAX_PARTITIONS}")
+        if validate_only:
+            return
+        old = topic.partitions
+        topic.partitions = count
+        self.topics.save()
+        self.logs.create_logs(topic, first_partition=old)
+        log.info("topic %s now has %d partitions (was %d)", name, count, old)
+
+    def alter_topic_configs(self, name: str, configs: dict[str, Any], incremental_ops: dict[str, int] | None,
+                            validate_only: bool) -> None:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' does not exist")
+        new = dict(topic.configs) if incremental_ops is not None else {}
+        for k, v in configs.items():
+            op = incremental_ops.get(k, 0) if incremental_ops is not None else 0
+            if op == 1:  # DELETE
+                new.pop(k, None)
+            elif op == 0:  # SET
+                new.update(self.parse_topic_configs({k: v}))
+            else:
+                raise KafkaError(ErrorCode.invalid_request, f"operation {op} on {k} is not supported for topics")
+        if validate_only:
+            return
+        topic.configs = new
+        self.topics.save()
+        self.logs.reconfigure(topic)
+
+
+def _random_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -1,0 +1,77 @@
+"""Command line: ``gregor serve [server.properties] [--override key=value ...]``.
+
+Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for bad arguments or configuration
+(the message names the key), 1 for a failure while running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from gregor import __version__
+from gregor.config import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gregor", description="Kafka-wire-compatible broker")
+    parser.add_argument("--version", action="version", version=f"gregor {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="run the broker (like kafka-server-start.sh)")
+    serve.add_argument("properties", nargs="?", type=Path, help="server.properties file")
+    serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a config key (Kafka's names), may be repeated")
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return 2
+
+
+def serve(args: argparse.Namespace) -> int:
+    from gregor.broker import Broker
+    from gregor.config import BrokerConfig
+    from gregor.log.log_manager import DataDirInUse
+
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
+    try:
+        config = BrokerConfig.from_sources(args.properties, args.override)
+        config.data_dir  # noqa: B018 - validates log.dirs
+        config.listener()
+    except ConfigError as e:
+        print(f"gregor: configuration error: {e}", file=sys.stderr)
+        return 2
+    for key in config.ignored:
+        logging.getLogger("gregor.config").info("ignoring %s: it has no effect on a single Gregor node", key)
+
+    async def run() -> int:
+        broker = Broker(config)
+        try:
+            await broker.start()
+        except (ConfigError, DataDirInUse) as e:
+            print(f"gregor: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:
+            print(f"gregor: cannot listen on {config['listeners']}: {e.strerror}", file=sys.stderr)
+            broker.logs.shutdown()
+            return 2
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"gregor: broker {broker.node_id} ready on port {broker.bound_port}", file=sys.stderr, flush=True)
+        await stop.wait()
+        logging.getLogger("gregor").info("shutting down")
+        await broker.stop()
+        return 0
+
+    return asyncio.run(run())

@@ -1,0 +1,1 @@
+"""Cluster metadata: topics, partitions, brokers. A single node today."""

@@ -1,0 +1,93 @@
+"""Topic registry: names, topic ids, partition counts, per-topic config overrides, internal flag.
+
+Persisted as ``<log.dirs>/gregor-topics.json`` (atomic rewrite on each change); each partition
+directory also gets Kafka's ``partition.metadata`` file naming its topic id.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gregor.log.checkpoint import write_atomically
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise KafkaError(ErrorCode.invalid_topic_exception, "topic name is empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.invalid_topic_exception, f"topic name {name!r} is not allowed")
+    if len(name) > MAX_NAME_LENGTH:
+        raise KafkaError(ErrorCode.invalid_topic_exception,
+                         f"topic name is {len(name)} characters, the limit is {MAX_NAME_LENGTH}")
+    if not _LEGAL.fullmatch(name):
+        raise KafkaError(ErrorCode.invalid_topic_exception,
+                         f"topic name {name!r} may only contain ASCII letters, digits, '.', '_' and '-'")
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, Any] = field(default_factory=dict)
+    internal: bool = False
+
+
+class TopicRegistry:
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "gregor-topics.json"
+        self.by_name: dict[str, Topic] = {}
+        self.by_id: dict[uuid.UUID, Topic] = {}
+
+    def load(self) -> None:
+        if not self.path.exists():
+            return
+        data = json.loads(self.path.read_text())
+        for t in data["topics"]:
+            topic = Topic(t["name"], uuid.UUID(t["id"]), t["partitions"], t.get("configs", {}),
+                          t.get("internal", False))
+            self._index(topic)
+
+    def save(self) -> None:
+        data = {"version": 1, "topics": [
+            {"name": t.name, "id": str(t.topic_id), "partitions": t.partitions, "configs": t.configs,
+             "internal": t.internal}
+            for t in sorted(self.by_name.values(), key=lambda t: t.name)
+        ]}
+        write_atomically(self.path, json.dumps(data, indent=1).encode())
+
+    def _index(self, topic: Topic) -> None:
+        self.by_name[topic.name] = topic
+        self.by_id[topic.topic_id] = topic
+
+    def add(self, name: str, partitions: int, configs: dict[str, Any], internal: bool = False) -> Topic:
+        topic = Topic(name, uuid.uuid4(), partitions, dict(configs), internal or name in INTERNAL_TOPICS)
+        self._index(topic)
+        self.save()
+        return topic
+
+    def remove(self, name: str) -> Topic:
+        topic = self.by_name.pop(name)
+        self.by_id.pop(topic.topic_id, None)
+        self.save()
+        return topic
+
+    def get(self, name: str) -> Topic | None:
+        return self.by_name.get(name)
+
+
+def write_partition_metadata(directory: Path, topic_id: uuid.UUID) -> None:
+    """Kafka's ``partition.metadata``: the topic id, base64 without padding as Kafka prints it."""
+    encoded = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+    write_atomically(directory / "partition.metadata", f"version: 0\ntopic_id: {encoded}\n".encode())

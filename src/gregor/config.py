@@ -1,0 +1,332 @@
+"""Broker configuration with Kafka's key names, defaults and validation.
+
+``BrokerConfig.from_sources(properties_file, overrides)`` reads a ``server.properties`` file and
+``--override key=value`` pairs; every key is checked against the table below, every value parsed
+and range-checked. Keys that Kafka defines but that mean nothing on Gregor's single node
+(replication, thread pools, socket buffers, ZooKeeper/KRaft settings) are accepted so that a stock
+Kafka ``server.properties`` works, and are listed by ``ignored``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """An unknown key or an invalid value; the message names the key."""
+
+
+def _bool(v: str) -> bool:
+    s = v.strip().lower()
+    if s in ("true", "false"):
+        return s == "true"
+    raise ValueError("expected true or false")
+
+
+def _int_range(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(v: str) -> int:
+        n = int(v.strip())
+        if not lo <= n <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        return n
+
+    return parse
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(v: str) -> str:
+        s = v.strip()
+        if s not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return s
+
+    return parse
+
+
+def _cleanup_policy(v: str) -> str:
+    parts = [p.strip() for p in v.split(",") if p.strip()]
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ValueError("must be delete, compact or delete,compact")
+    return ",".join(sorted(set(parts), key=parts.index))
+
+
+def _listeners(v: str) -> str:
+    for item in v.split(","):
+        if not re.fullmatch(r"\s*[A-Za-z_][A-Za-z0-9_]*://[^:,\s]*:\d+\s*", item):
+            raise ValueError(f"{item.strip()!r} is not NAME://host:port")
+        port = int(item.rsplit(":", 1)[1])
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port {port} out of range")
+    return v.strip()
+
+
+def _str(v: str) -> str:
+    return v.strip()
+
+
+def _nonempty(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be empty")
+    return v.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+    applies: bool = True  # False: accepted for compatibility, has no effect on one node
+
+
+_POS_LONG = _int_range(0, LONG_MAX)
+_POS_INT = _int_range(0, INT_MAX)
+
+KEYS: dict[str, Key] = {
+    k.name: k
+    for k in [
+        Key("listeners", _listeners, "PLAINTEXT://127.0.0.1:9092", "where the broker listens"),
+        Key("advertised.listeners", _listeners, None, "what Metadata tells clients (default: listeners)"),
+        Key("log.dirs", _nonempty, None, "data directory (one directory on this broker)"),
+        Key("log.dir", _nonempty, "./gregor-data", "data directory when log.dirs is not set"),
+        Key("node.id", _int_range(0, INT_MAX), 0, "this broker's id"),
+        Key("broker.id", _int_range(-1, INT_MAX), None, "alias of node.id"),
+        Key("cluster.id", _nonempty, None, "cluster id (default: generated once and kept in meta.properties)"),
+        Key("num.partitions", _int_range(1, 100_000), 1, "partitions of auto-created topics"),
+        Key("auto.create.topics.enable", _bool, True, "create topics on first Metadata/Produce"),
+        Key("delete.topic.enable", _bool, True, "allow DeleteTopics"),
+        Key("message.max.bytes", _int_range(0, INT_MAX), 1048588, "largest record batch accepted"),
+        Key("socket.request.max.bytes", _int_range(1, INT_MAX), 104857600, "largest request frame"),
+        Key("log.segment.bytes", _int_range(14, INT_MAX), 1073741824, "segment roll size"),
+        Key("log.roll.ms", _POS_LONG, None, "segment roll age"),
+        Key("log.roll.hours", _int_range(1, INT_MAX), 168, "segment roll age in hours"),
+        Key("log.retention.ms", _int_range(-1, LONG_MAX), None, "retention by time (-1: forever)"),
+        Key("log.retention.minutes", _int_range(-1, INT_MAX), None, "retention by time in minutes"),
+        Key("log.retention.hours", _int_range(-1, INT_MAX), 168, "retention by time in hours"),
+        Key("log.retention.bytes", _int_range(-1, LONG_MAX), -1, "retention by size per partition"),
+        Key("log.retention.check.interval.ms", _int_range(1, LONG_MAX), 300000, "retention check period"),
+        Key("log.flush.interval.messages", _int_range(1, LONG_MAX), LONG_MAX, "fsync after this many messages"),
+        Key("log.flush.interval.ms", _POS_LONG, None, "fsync data older than this"),
+        Key("log.flush.scheduler.interval.ms", _POS_LONG, LONG_MAX, "how often the flusher looks"),
+        Key("log.cleanup.policy", _cleanup_policy, "delete", "default cleanup.policy of topics"),
+        Key("log.index.interval.bytes", _int_range(0, INT_MAX), 4096, "bytes between offset index entries"),
+        Key("log.index.size.max.bytes", _int_range(4, INT_MAX), 10485760, "offset index size before roll"),
+        Key("log.cleaner.enable", _bool, True, "run the log cleaner for compacted topics"),
+        Key("log.cleaner.backoff.ms", _POS_LONG, 15000, "cleaner sleep when idle"),
+        Key("log.cleaner.min.cleanable.ratio", lambda v: _ratio(v), 0.5, "dirty ratio that triggers cleaning"),
+        Key("log.cleaner.delete.retention.ms", _POS_LONG, 86400000, "how long tombstones are kept"),
+        Key("log.cleaner.min.compaction.lag.ms", _POS_LONG, 0, "records younger than this are not compacted"),
+        Key("log.message.timestamp.type", _choice("CreateTime", "LogAppendTime"), "CreateTime",
+            "timestamp kept in batches"),
+        Key("file.delete.delay.ms", _POS_LONG, 60000, "delay before deleted segments leave the disk"),
+        Key("offsets.topic.num.partitions", _int_range(1, 10_000), 50, "partitions of __consumer_offsets"),
+        Key("offsets.topic.segment.bytes", _int_range(14, INT_MAX), 104857600, "__consumer_offsets segment size"),
+        Key("offsets.topic.compression.codec", _int_range(0, 4), 0, "codec of coordinator writes"),
+        Key("offsets.retention.minutes", _int_range(1, INT_MAX), 10080, "offset retention of empty groups"),
+        Key("offsets.retention.check.interval.ms", _int_range(1, LONG_MAX), 600000, "expiry check period"),
+        Key("offsets.load.buffer.size", _int_range(1, INT_MAX), 5242880,
+            "accepted for compatibility; loading has no fixed buffer", applies=False),
+        Key("offset.metadata.max.bytes", _POS_INT, 4096, "largest commit metadata string"),
+        Key("group.initial.rebalance.delay.ms", _POS_INT, 3000, "delay of the first rebalance of a group"),
+        Key("group.min.session.timeout.ms", _POS_INT, 6000, "smallest session timeout"),
+        Key("group.max.session.timeout.ms", _POS_INT, 1800000, "largest session timeout"),
+        Key("group.max.size", _int_range(1, INT_MAX), INT_MAX, "members per group"),
+        Key("producer.id.expiration.ms", _int_range(1, INT_MAX), 86400000, "idle producer state expiry"),
+        Key("metrics.listener", _str, "", "Prometheus endpoint, e.g. http://127.0.0.1:9404 (empty: off)"),
+    ]
+}
+
+# Kafka keys accepted so that a stock server.properties works; they have no effect here.
+_IGNORED_PREFIXES = (
+    "num.network.threads", "num.io.threads", "num.replica.", "num.recovery.threads.per.data.dir",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "zookeeper.", "controller.",
+    "process.roles", "inter.broker.", "listener.security.protocol.map", "default.replication.factor",
+    "offsets.topic.replication.factor", "transaction.state.log.", "min.insync.replicas",
+    "replica.", "unclean.leader.election.enable", "auto.leader.rebalance.enable", "log.preallocate",
+    "queued.max.requests", "background.threads", "compression.type", "group.coordinator.",
+    "group.consumer.", "share.", "sasl.", "ssl.", "security.", "authorizer.", "metric.reporters",
+    "confluent.", "log.message.format.version", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.", "transactional.id.", "num.partitions.", "offsets.commit.", "offsets.topic.compression",
+)
+
+
+def _ratio(v: str) -> float:
+    f = float(v)
+    if not 0.0 <= f <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return f
+
+
+@dataclass
+class BrokerConfig:
+    values: dict[str, Any] = field(default_factory=dict)
+    ignored: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.values:
+            return self.values[key]
+        return KEYS[key].default
+
+    @classmethod
+    def from_sources(cls, properties: Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
+        raw: dict[str, str] = {}
+        if properties is not None:
+            raw.update(read_properties(properties))
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"--override {item!r}: expected key=value")
+            k, v = item.split("=", 1)
+            raw[k.strip()] = v
+        return cls.from_mapping(raw)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, str]) -> BrokerConfig:
+        cfg = cls()
+        for key, value in raw.items():
+            spec = KEYS.get(key)
+            if spec is None:
+                if key.startswith(_IGNORED_PREFIXES):
+                    cfg.ignored[key] = value
+                    continue
+                raise ConfigError(f"unknown configuration key {key!r}")
+            try:
+                cfg.values[key] = spec.parse(str(value))
+            except ValueError as e:
+                raise ConfigError(f"invalid value {value!r} for {key}: {e}") from None
+        if cfg.values.get("broker.id") is not None and "node.id" not in cfg.values:
+            if cfg.values["broker.id"] < 0:
+                raise ConfigError("broker.id=-1 (generated ids) is not supported; set node.id")
+            cfg.values["node.id"] = cfg.values["broker.id"]
+        elif "broker.id" in cfg.values and cfg.values["broker.id"] != cfg.values["node.id"]:
+            raise ConfigError(f"broker.id={cfg.values['broker.id']} contradicts node.id={cfg.values['node.id']}")
+        return cfg
+
+    # Derived settings, resolved the way Kafka resolves them (ms wins over minutes over hours).
+    @property
+    def data_dir(self) -> Path:
+        d = self["log.dirs"] or self["log.dir"]
+        if "," in d:
+            raise ConfigError("log.dirs: Gregor keeps one data directory per broker; give one path")
+        return Path(d)
+
+    @property
+    def retention_ms(self) -> int:
+        if self["log.retention.ms"] is not None:
+            return int(self["log.retention.ms"])
+        if self["log.retention.minutes"] is not None:
+            return int(self["log.retention.minutes"]) * 60_000
+        return int(self["log.retention.hours"]) * 3_600_000
+
+    @property
+    def roll_ms(self) -> int:
+        if self["log.roll.ms"] is not None:
+            return int(self["log.roll.ms"])
+        return int(self["log.roll.hours"]) * 3_600_000
+
+    @property
+    def flush_ms(self) -> int:
+        v = self["log.flush.interval.ms"]
+        return LONG_MAX if v is None else int(v)
+
+    def listener(self) -> tuple[str, int]:
+        host, port = _first_host_port(self["listeners"])
+        return host or "0.0.0.0", port
+
+    def advertised(self) -> tuple[str, int]:
+        host, port = _first_host_port(self["advertised.listeners"] or self["listeners"])
+        return host or "127.0.0.1", port
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Defaults of the topic-level configs, from the broker's log.* keys (Kafka's synonyms)."""
+        return {
+            "cleanup.policy": self["log.cleanup.policy"],
+            "retention.ms": self.retention_ms,
+            "retention.bytes": self["log.retention.bytes"],
+            "segment.bytes": self["log.segment.bytes"],
+            "segment.ms": self.roll_ms,
+            "segment.index.bytes": self["log.index.size.max.bytes"],
+            "index.interval.bytes": self["log.index.interval.bytes"],
+            "max.message.bytes": self["message.max.bytes"],
+            "flush.messages": self["log.flush.interval.messages"],
+            "flush.ms": self.flush_ms,
+            "delete.retention.ms": self["log.cleaner.delete.retention.ms"],
+            "min.compaction.lag.ms": self["log.cleaner.min.compaction.lag.ms"],
+            "min.cleanable.dirty.ratio": self["log.cleaner.min.cleanable.ratio"],
+            "message.timestamp.type": self["log.message.timestamp.type"],
+            "file.delete.delay.ms": self["file.delete.delay.ms"],
+        }
+
+
+def _first_host_port(listeners: str) -> tuple[str, int]:
+    first = listeners.split(",")[0].strip()
+    hostport = first.split("://", 1)[1]
+    host, port = hostport.rsplit(":", 1)
+    return host, int(port)
+
+
+# Topic-level configs (CreateTopics configs, DescribeConfigs) with their parsers.
+TOPIC_KEYS: dict[str, Callable[[str], Any]] = {
+    "cleanup.policy": _cleanup_policy,
+    "retention.ms": _int_range(-1, LONG_MAX),
+    "retention.bytes": _int_range(-1, LONG_MAX),
+    "segment.bytes": _int_range(14, INT_MAX),
+    "segment.ms": _int_range(1, LONG_MAX),
+    "segment.index.bytes": _int_range(4, INT_MAX),
+    "index.interval.bytes": _int_range(0, INT_MAX),
+    "max.message.bytes": _int_range(0, INT_MAX),
+    "flush.messages": _int_range(1, LONG_MAX),
+    "flush.ms": _int_range(0, LONG_MAX),
+    "delete.retention.ms": _int_range(0, LONG_MAX),
+    "min.compaction.lag.ms": _int_range(0, LONG_MAX),
+    "min.cleanable.dirty.ratio": _ratio,
+    "message.timestamp.type": _choice("CreateTime", "LogAppendTime"),
+    "file.delete.delay.ms": _int_range(0, LONG_MAX),
+}
+# Accepted on topics for compatibility (replication, producer-side settings); stored, no effect.
+TOPIC_PASSTHROUGH = ("min.insync.replicas", "compression.type", "unclean.leader.election.enable",
+                     "preallocate", "message.downconversion.enable", "local.retention.ms",
+                     "local.retention.bytes", "remote.storage.enable", "follower.replication.throttled.replicas",
+                     "leader.replication.throttled.replicas", "max.compaction.lag.ms",
+                     "message.timestamp.difference.max.ms", "message.timestamp.before.max.ms",
+                     "message.timestamp.after.max.ms")
+
+
+def parse_topic_config(key: str, value: str) -> Any:
+    if key in TOPIC_KEYS:
+        try:
+            return TOPIC_KEYS[key](value)
+        except ValueError as e:
+            raise ConfigError(f"invalid value {value!r} for {key}: {e}") from None
+    if key in TOPIC_PASSTHROUGH:
+        return value
+    raise ConfigError(f"unknown topic configuration {key!r}")
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java .properties subset: key=value or key: value, # and ! comments, backslash continuation."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    out: dict[str, str] = {}
+    pending = ""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = pending + line.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if not m:
+            raise ConfigError(f"{path}:{lineno}: cannot parse {line!r}")
+        out[m.group(1)] = m.group(2)
+    return out

@@ -1,0 +1,50 @@
+"""Kafka's offset checkpoint files (``recovery-point-offset-checkpoint`` and friends):
+
+    0                 <- version
+    2                 <- entry count
+    orders 0 1234     <- topic partition offset
+    orders 1 998
+
+Written atomically: temporary file, fsync, rename, fsync of the directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
+    lines = ["0", str(len(entries))] + [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
+    write_atomically(path, ("\n".join(lines) + "\n").encode())
+
+
+def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return {}
+    if len(lines) < 2 or lines[0].strip() != "0":
+        raise ValueError(f"{path}: unsupported checkpoint format")
+    count = int(lines[1])
+    out: dict[tuple[str, int], int] = {}
+    for line in lines[2 : 2 + count]:
+        topic, part, off = line.rsplit(" ", 2)
+        out[(topic, int(part))] = int(off)
+    if len(out) != count:
+        raise ValueError(f"{path}: expected {count} entries, found {len(out)}")
+    return out
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

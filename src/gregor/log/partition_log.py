@@ -1,0 +1,330 @@
+"""The log of one topic-partition: an ordered list of segments, the last one active.
+
+Append treats a batch as opaque bytes: header checks and CRC (``validate_batches``), producer
+sequence checks, base offset rewritten in place, one write. Reads return whole byte ranges of
+one segment. On one node the high watermark is the log end offset once the write returns.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gregor.log.producer_state import ProducerStateManager
+from gregor.log.segment import Segment
+from gregor.protocol import record_batch as rb
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.record_batch import InvalidBatch, RecordTooLarge, validate_batches
+from gregor.protocol.records import decode_records
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class AppendResult:
+    base_offset: int
+    log_append_time: int  # -1 for CreateTime topics
+    log_start_offset: int
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class ReadResult:
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class PartitionLog:
+    def __init__(self, directory: Path, topic: str, partition: int, config: dict[str, Any],
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.producer_state = ProducerStateManager()
+        self.log_start_offset = 0
+        self.recovery_point = 0  # offsets below this are fsynced
+        self.unflushed_messages = 0
+        self.last_flush_ms = clock()
+        self.dirty_since_clean = 0  # bytes appended since the last compaction (cleaner's hint)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def open(self, clean_shutdown: bool, recovery_point: int) -> None:
+        """Load segments. After an unclean shutdown, every segment at or after the recovery point
+        is re-validated batch by batch and a torn tail truncated."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for tmp in self.dir.glob("*.cleaned"):
+            tmp.unlink()
+        for swap in sorted(self.dir.glob("*.log.swap")):
+            os.replace(swap, swap.with_suffix(""))  # the cleaner crashed after writing: finish the swap
+        bases = sorted(int(p.stem) for p in self.dir.glob("*.log"))
+        interval = int(self.config["index.interval.bytes"])
+        max_batch = int(self.config["max.message.bytes"])
+        now = self.clock()
+        truncated_at: int | None = None
+        for base in bases:
+            if truncated_at is not None:
+                # everything after a corrupt batch is unreachable: drop later segments too
+                Segment(self.dir, base, interval, now).delete_files()
+                continue
+            seg = Segment(self.dir, base, interval, int(os.path.getmtime(self.dir / f"{base:020d}.log") * 1000))
+            needs_recovery = not clean_shutdown and self._segment_end(bases, base) > recovery_point
+            if needs_recovery or not seg.load_indexes():
+                cut = seg.recover(max_batch)
+                if cut:
+                    log.warning("%s-%d: truncated %d bytes of torn or corrupt data from segment %d",
+                                self.topic, self.partition, cut, base)
+                    truncated_at = seg.next_offset
+            self.segments.append(seg)
+        if not self.segments:
+            self.segments.append(Segment(self.dir, 0, interval, now))
+        self._bases = [s.base_offset for s in self.segments]
+        self.log_start_offset = self.segments[0].base_offset
+        leo = self.log_end_offset
+        snap = self.producer_state.load_snapshot(self.dir) if clean_shutdown else None
+        if snap != leo:
+            self._rebuild_producer_state()
+        self.recovery_point = leo
+        self.last_flush_ms = now
+
+    @staticmethod
+    def _segment_end(bases: list[int], base: int) -> int:
+        i = bases.index(base)
+        return bases[i + 1] if i + 1 < len(bases) else 2**63 - 1
+
+    def _rebuild_producer_state(self) -> None:
+        self.producer_state = ProducerStateManager()
+        for seg in self.segments:
+            for h in seg.iter_headers():
+                if h.producer_id >= 0:
+                    self.producer_state.update(h)
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.flush()
+            seg.close()
+        self.producer_state.write_snapshot(self.dir, self.log_end_offset)
+
+    def delete(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- properties --------------------------------------------------------------------------
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    @property
+    def is_compacted(self) -> bool:
+        return "compact" in str(self.config["cleanup.policy"])
+
+    # -- append ------------------------------------------------------------------------------
+    def append(self, records: bytes) -> AppendResult:
+        """Validate and append one produce request's records for this partition."""
+        max_bytes = int(self.config["max.message.bytes"])
+        try:
+            headers = validate_batches(records, max_bytes + rb.LOG_OVERHEAD)
+        except RecordTooLarge as e:
+            raise KafkaError(ErrorCode.message_too_large, str(e)) from None
+        except InvalidBatch as e:
+            raise KafkaError(ErrorCode.corrupt_message, str(e)) from None
+        if len(headers) != 1:
+            raise KafkaError(ErrorCode.invalid_record,
+                             f"a produce request must hold exactly one record batch per partition, "
+                             f"got {len(headers)}")
+        h = headers[0]
+        if h.is_control:
+            raise KafkaError(ErrorCode.invalid_record, "clients may not produce control batches")
+        if h.is_transactional:
+            raise KafkaError(ErrorCode.invalid_record, "transactional produce is not supported by this broker")
+        if self.is_compacted:
+            self._check_keys(records, h)
+        dup = self.producer_state.check(h)
+        if dup is not None:
+            return AppendResult(dup.first_offset, -1, self.log_start_offset, duplicate=True)
+        now = self.clock()
+        self._maybe_roll(h.size, now)
+        buf = bytearray(records)
+        offset = self.log_end_offset
+        rb.set_base_offset(buf, 0, offset)
+        rb.set_partition_leader_epoch(buf, 0, 0)
+        h.base_offset = offset
+        append_time = -1
+        if self.config["message.timestamp.type"] == "LogAppendTime":
+            append_time = now
+            rb.set_log_append_time(buf, h, now)
+        self.active.append(buf, [h])
+        self.producer_state.update(h)
+        self.unflushed_messages += h.records_count
+        self.dirty_since_clean += h.size
+        if self.unflushed_messages >= int(self.config["flush.messages"]):
+            self.flush()
+        return AppendResult(offset, append_time, self.log_start_offset)
+
+    def append_batch_unchecked(self, batch: bytes) -> int:
+        """Append a batch built by the broker itself (internal topics). Returns its base offset."""
+        h = rb.read_header(batch, 0)
+        now = self.clock()
+        self._maybe_roll(h.size, now)
+        buf = bytearray(batch)
+        offset = self.log_end_offset
+        rb.set_base_offset(buf, 0, offset)
+        h.base_offset = offset
+        self.active.append(buf, [h])
+        self.unflushed_messages += h.records_count
+        self.dirty_since_clean += h.size
+        if self.unflushed_messages >= int(self.config["flush.messages"]):
+            self.flush()
+        return offset
+
+    def _check_keys(self, records: bytes, h: rb.BatchHeader) -> None:
+        try:
+            recs = decode_records(records, h)
+        except Exception as e:  # noqa: BLE001 - any decode failure is a corrupt batch
+            raise KafkaError(ErrorCode.corrupt_message, f"cannot decode records: {e}") from None
+        if any(r.key is None for r in recs):
+            raise KafkaError(ErrorCode.invalid_record, "compacted topic cannot accept a record without a key")
+
+    def _maybe_roll(self, incoming: int, now: int) -> None:
+        act = self.active
+        if act.size == 0:
+            return
+        full = act.size + incoming > int(self.config["segment.bytes"])
+        old = now - act.created_ms >= int(self.config["segment.ms"])
+        index_full = len(act.index) * 8 >= int(self.config["segment.index.bytes"])
+        if full or old or index_full:
+            self.roll(now)
+
+    def roll(self, now: int | None = None) -> Segment:
+        act = self.active
+        act.flush()
+        seg = Segment(self.dir, self.log_end_offset, int(self.config["index.interval.bytes"]),
+                      self.clock() if now is None else now)
+        self.segments.append(seg)
+        self._bases.append(seg.base_offset)
+        return seg
+
+    def flush(self) -> None:
+        self.active.flush()
+        self.recovery_point = self.log_end_offset
+        self.unflushed_messages = 0
+        self.last_flush_ms = self.clock()
+
+    # -- read --------------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> ReadResult:
+        leo = self.log_end_offset
+        if offset == leo:
+            return ReadResult(b"", leo, self.log_start_offset)
+        if offset < self.log_start_offset or offset > leo:
+            raise KafkaError(ErrorCode.offset_out_of_range,
+                             f"offset {offset} is outside [{self.log_start_offset}, {leo}]")
+        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        while i < len(self.segments):
+            seg = self.segments[i]
+            pos, h = seg.find_position(offset)
+            if h is not None:
+                length = min(seg.size - pos, max_bytes)
+                if length < h.size and min_one_batch:
+                    length = h.size
+                if length <= 0:
+                    return ReadResult(b"", leo, self.log_start_offset)
+                return ReadResult(seg.pread(pos, length), leo, self.log_start_offset)
+            i += 1  # offset falls in a gap left by compaction: serve the next segment
+        return ReadResult(b"", leo, self.log_start_offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        for seg in self.segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            h = seg.find_timestamp(timestamp)
+            if h is None:
+                continue
+            data = seg.pread(h.position, h.size)
+            h.position = 0
+            for r in decode_records(data, h):
+                ts = h.max_timestamp if h.attributes & rb.TIMESTAMP_TYPE_BIT else r.timestamp
+                if ts >= timestamp and r.offset >= self.log_start_offset:
+                    return r.offset, ts
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        best: tuple[int, int] | None = None
+        for seg in self.segments:
+            for h in seg.iter_headers():
+                if best is None or h.max_timestamp > best[1]:
+                    best = (h.last_offset, h.max_timestamp)
+        return best
+
+    # -- retention ---------------------------------------------------------------------------
+    def delete_old_segments(self, now: int | None = None) -> int:
+        """Retention by time and size (cleanup.policy contains delete). Returns segments deleted."""
+        if "delete" not in str(self.config["cleanup.policy"]):
+            return 0
+        now = self.clock() if now is None else now
+        retention_ms = int(self.config["retention.ms"])
+        retention_bytes = int(self.config["retention.bytes"])
+        deleted = 0
+        total = self.size_bytes
+        while len(self.segments) > 1 or (self.active.size > 0 and self._expired(self.active, now, retention_ms)):
+            seg = self.segments[0]
+            by_time = retention_ms >= 0 and seg.size > 0 and self._expired(seg, now, retention_ms)
+            by_size = retention_bytes >= 0 and total - seg.size >= retention_bytes
+            if not (by_time or by_size):
+                break
+            if seg is self.active:
+                self.roll(now)
+            total -= seg.size
+            self._remove_first_segment()
+            deleted += 1
+        return deleted
+
+    @staticmethod
+    def _expired(seg: Segment, now: int, retention_ms: int) -> bool:
+        return retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > retention_ms
+
+    def _remove_first_segment(self) -> None:
+        seg = self.segments.pop(0)
+        self._bases.pop(0)
+        seg.delete_files()
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        log.info("%s-%d: deleted segment %d by retention; log start offset is now %d",
+                 self.topic, self.partition, seg.base_offset, self.log_start_offset)
+
+    def replace_segments(self, old: list[Segment], new: list[Segment]) -> None:
+        """Swap cleaned segments in (the cleaner)."""
+        idx = self.segments.index(old[0])
+        self.segments[idx : idx + len(old)] = new
+        self._bases = [s.base_offset for s in self.segments]

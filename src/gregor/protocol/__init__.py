@@ -1,0 +1,1 @@
+"""Kafka wire protocol: framing, headers, API keys, errors, record batches. No I/O here."""

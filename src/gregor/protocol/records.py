@@ -1,0 +1,170 @@
+"""Records inside a RecordBatch v2: decoding and building.
+
+Used off the hot path only: by the log cleaner (compaction needs keys), by the coordinator for
+its own ``__consumer_offsets`` records, and by tests and benchmarks. Produce and fetch never
+call this module.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import crc32c
+
+from gregor.protocol import compression
+from gregor.protocol.record_batch import (
+    ATTRIBUTES,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    BatchHeader,
+    InvalidBatch,
+    read_header,
+)
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = 0
+    result = 0
+    while True:
+        if pos >= len(buf):
+            raise InvalidBatch("varint truncated")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise InvalidBatch("varint too long")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def _write_varint(out: bytearray, value: int) -> None:
+    v = (value << 1) ^ (value >> 63)
+    v &= (1 << 64) - 1
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    n, pos = _read_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise InvalidBatch("record field truncated")
+    return buf[pos : pos + n], pos + n
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[BatchHeader]:
+    """Headers of the whole batches in ``buf``; a trailing partial batch is ignored."""
+    pos = 0
+    while len(buf) - pos >= HEADER_SIZE:
+        h = read_header(buf, pos)
+        if pos + h.size > len(buf):
+            return
+        yield h
+        pos += h.size
+
+
+def decode_records(buf: bytes | bytearray | memoryview, h: BatchHeader) -> list[Record]:
+    """Decode (and decompress) the records of one batch."""
+    body = bytes(buf[h.position + HEADER_SIZE : h.position + h.size])
+    data = compression.decompress(h.compression, body)
+    out: list[Record] = []
+    pos = 0
+    for _ in range(h.records_count):
+        length, pos = _read_varint(data, pos)
+        end = pos + length
+        pos += 1  # record attributes, unused
+        ts_delta, pos = _read_varint(data, pos)
+        off_delta, pos = _read_varint(data, pos)
+        key, pos = _read_bytes(data, pos)
+        value, pos = _read_bytes(data, pos)
+        n_headers, pos = _read_varint(data, pos)
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(n_headers):
+            hk, pos = _read_bytes(data, pos)
+            hv, pos = _read_bytes(data, pos)
+            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
+        if pos != end:
+            raise InvalidBatch("record length does not match its fields")
+        out.append(Record(h.base_offset + off_delta, h.base_timestamp + ts_delta, key, value, headers))
+    return out
+
+
+def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key: bytes | None,
+                  value: bytes | None, headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
+    body = bytearray()
+    body.append(0)
+    _write_varint(body, ts_delta)
+    _write_varint(body, offset_delta)
+    for part in (key, value):
+        if part is None:
+            _write_varint(body, -1)
+        else:
+            _write_varint(body, len(part))
+            body += part
+    _write_varint(body, len(headers))
+    for hk, hv in headers:
+        kb = hk.encode()
+        _write_varint(body, len(kb))
+        body += kb
+        if hv is None:
+            _write_varint(body, -1)
+        else:
+            _write_varint(body, len(hv))
+            body += hv
+    _write_varint(out, len(body))
+    out += body
+
+
+def build_batch(
+    records: Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    base_offset: int = 0,
+    timestamp: int = 0,
+    codec: int = compression.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    attributes: int = 0,
+) -> bytes:
+    """Build one RecordBatch v2. ``records`` are Record objects (offsets and timestamps kept) or
+    (key, value) pairs (consecutive offsets from ``base_offset``, all at ``timestamp``)."""
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    recs: list[Record] = []
+    for i, r in enumerate(records):
+        if isinstance(r, Record):
+            recs.append(r)
+        else:
+            recs.append(Record(base_offset + i, timestamp, r[0], r[1]))
+    base = recs[0].offset if isinstance(records[0], Record) else base_offset
+    base_ts = min(r.timestamp for r in recs)
+    max_ts = max(r.timestamp for r in recs)
+    body = bytearray()
+    for r in recs:
+        encode_record(body, r.offset - base, r.timestamp - base_ts, r.key, r.value, r.headers)
+    payload = compression.compress(codec, bytes(body))
+    attrs = (attributes & ~0x07) | codec
+    tail = struct.pack(">hiqqqhii", attrs, recs[-1].offset - base, base_ts, max_ts, producer_id,
+                       producer_epoch, base_sequence, len(recs)) + payload
+    crc = crc32c.crc32c(tail)
+    # batchLength counts what follows it: leader epoch (4) + magic (1) + crc (4) + the tail
+    length = ATTRIBUTES - LOG_OVERHEAD + len(tail)
+    return struct.pack(">qiibI", base, length, 0, 2, crc) + tail

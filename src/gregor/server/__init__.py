@@ -1,0 +1,1 @@
+"""Network side: listener, per-connection protocol with ordered responses, dispatch table."""

@@ -1,0 +1,65 @@
+"""The dispatch table: ``@handles(api_key, min, max)`` registers an API handler; the same table
+answers ApiVersions, so what is advertised is exactly what is implemented."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gregor.protocol.api_keys import ApiKey
+
+if TYPE_CHECKING:
+    from gregor.broker import Broker
+    from gregor.protocol.codec import RequestHeader
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: Broker
+    header: RequestHeader
+    client_host: str
+    connection_id: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+# A handler returns the response as a dict (built into the version's schema by the connection)
+# or as already-encoded body bytes; None means "no response" (produce with acks=0).
+Handler = Callable[[RequestContext, Any], Awaitable[dict[str, Any] | bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+REGISTRY: dict[int, Registration] = {}
+
+
+def handles(api_key: ApiKey, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        if api_key in REGISTRY:
+            raise RuntimeError(f"{api_key.name} registered twice")
+        REGISTRY[int(api_key)] = Registration(int(api_key), min_version, max_version, fn)
+        return fn
+
+    return register
+
+
+def load_all_apis() -> dict[int, Registration]:
+    """Import every module under gregor.apis so that their registrations run."""
+    import importlib
+    import pkgutil
+
+    import gregor.apis as apis
+
+    for mod in pkgutil.iter_modules(apis.__path__):
+        importlib.import_module(f"gregor.apis.{mod.name}")
+    return REGISTRY
