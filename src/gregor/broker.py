@@ -105,6 +105,8 @@ class Broker:
         retention_every = self.config["log.retention.check.interval.ms"] / 1000
         next_retention = loop.time() + retention_every
         next_checkpoint = loop.time() + 60
+        cleaner_every = self.config["log.cleaner.backoff.ms"] / 1000
+        next_clean = loop.time() + cleaner_every
         while True:
             await asyncio.sleep(0.1)
             self.logs.flush_due()
@@ -112,6 +114,9 @@ class Broker:
             if now >= next_retention:
                 next_retention = now + retention_every
                 self.logs.enforce_retention()
+            if now >= next_clean and self.config["log.cleaner.enable"]:
+                next_clean = now + cleaner_every
+                await self.logs.clean_due()
             if now >= next_checkpoint:
                 next_checkpoint = now + 60
                 self.logs.write_checkpoints()

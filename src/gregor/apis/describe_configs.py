@@ -82,7 +82,7 @@ def topic_config_entries(broker: Broker, topic: Topic, keys: list[str] | None,
 
 
 def broker_config_entries(broker: Broker, keys: list[str] | None) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for key, spec in sorted(KEYS.items()):
         if keys is not None and key not in keys:
             continue

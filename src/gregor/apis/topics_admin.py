@@ -58,8 +58,8 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
 @handles(ApiKey.DELETE_TOPICS, 1, 6)
 async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
     broker = ctx.broker
-    requests: list[tuple[str | None, Any]] = []
-    if ctx.version >= 6:
+    requests: list[tuple[str | None, Any]]
+    if ctx.version >= 6:  # by name or by topic id
         requests = [(t.name, t.topic_id) for t in req.topics]
     else:
         requests = [(n, None) for n in req.topic_names]

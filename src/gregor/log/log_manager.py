@@ -103,10 +103,10 @@ class LogManager:
                 known.add(partition_dir_name(topic.name, p))
                 self._open(topic, p, recovery.get((topic.name, p), 0))
         for child in self.data_dir.iterdir():
-            if child.is_dir() and child.name not in known and not child.name.startswith("."):
-                if child.name.endswith("-delete") or _looks_like_partition(child.name):
-                    log.warning("removing %s: not a partition of any known topic", child)
-                    shutil.rmtree(child, ignore_errors=True)
+            orphan = child.is_dir() and child.name not in known and not child.name.startswith(".")
+            if orphan and (child.name.endswith("-delete") or _looks_like_partition(child.name)):
+                log.warning("removing %s: not a partition of any known topic", child)
+                shutil.rmtree(child, ignore_errors=True)
 
     def _open(self, topic: Topic, partition: int, recovery_point: int) -> PartitionLog:
         directory = self.data_dir / partition_dir_name(topic.name, partition)
@@ -165,6 +165,17 @@ class LogManager:
         for plog in self.logs.values():
             if plog.unflushed_messages and now - plog.last_flush_ms >= int(plog.config["flush.ms"]):
                 plog.flush()
+
+    async def clean_due(self) -> int:
+        """Compact every compacted partition whose dirty ratio reached its threshold."""
+        from gregor.log.cleaner import clean_partition, dirty_ratio
+
+        saved = 0
+        for plog in list(self.logs.values()):
+            if (plog.is_compacted and len(plog.segments) > 1
+                    and dirty_ratio(plog) >= float(plog.config["min.cleanable.dirty.ratio"])):
+                saved += await clean_partition(plog)
+        return saved
 
     def enforce_retention(self) -> int:
         return sum(plog.delete_old_segments() for plog in list(self.logs.values()))

@@ -105,6 +105,8 @@ class PartitionLog:
             self._rebuild_producer_state()
         self.recovery_point = leo
         self.last_flush_ms = now
+        # no cleaner checkpoint is kept: after a restart every sealed segment counts as dirty
+        self.dirty_since_clean = sum(s.size for s in self.segments[:-1])
 
     @staticmethod
     def _segment_end(bases: list[int], base: int) -> int:

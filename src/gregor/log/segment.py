@@ -4,7 +4,7 @@ travel on the wire, with its ``.index`` and ``.timeindex``."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gregor.log.offset_index import OffsetIndex
@@ -135,7 +135,8 @@ class Segment:
         self.time_index.write(full=True)
         return truncated
 
-    def _next_valid(self, pos: int, expected: int, max_batch_bytes: int, crc_fn) -> BatchHeader | None:  # type: ignore[no-untyped-def]
+    def _next_valid(self, pos: int, expected: int, max_batch_bytes: int,
+                    crc_fn: Callable[[bytes], int]) -> BatchHeader | None:
         if self.size - pos < rb.HEADER_SIZE:
             return None
         raw = os.pread(self.fd, rb.HEADER_SIZE, pos)

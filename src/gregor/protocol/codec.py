@@ -94,12 +94,12 @@ def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
 
 
 @cache
-def request_schema(api_key: int, version: int) -> type:
+def request_schema(api_key: int, version: int) -> Any:
     return load_request_schema(api_key, version)
 
 
 @cache
-def response_schema(api_key: int, version: int) -> type:
+def response_schema(api_key: int, version: int) -> Any:
     return load_response_schema(api_key, version)
 
 
@@ -108,12 +108,12 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 
 @cache
-def _reader(cls: type) -> Callable[..., Any]:
+def _reader(cls: Any) -> Callable[..., Any]:
     return entity_reader(cls)
 
 
 @cache
-def _writer(cls: type) -> Callable[..., Any]:
+def _writer(cls: Any) -> Callable[..., Any]:
     return entity_writer(cls)
 
 
@@ -139,7 +139,8 @@ def decode_response(api_key: int, version: int, data: bytes) -> Any:
 
 def encode_body(obj: Any) -> bytes:
     buf = io.BytesIO()
-    _writer(type(obj))(buf, obj)
+    writer: Any = _writer
+    writer(type(obj))(buf, obj)
     return buf.getvalue()
 
 

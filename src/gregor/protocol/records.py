@@ -134,7 +134,7 @@ def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key: bytes |
 
 
 def build_batch(
-    records: Sequence[Record] | Sequence[tuple[bytes | None, bytes | None]],
+    records: Sequence[Record | tuple[bytes | None, bytes | None]],
     *,
     base_offset: int = 0,
     timestamp: int = 0,
@@ -153,7 +153,8 @@ def build_batch(
         if isinstance(r, Record):
             recs.append(r)
         else:
-            recs.append(Record(base_offset + i, timestamp, r[0], r[1]))
+            key, value = r
+            recs.append(Record(base_offset + i, timestamp, key, value))
     base = recs[0].offset if isinstance(records[0], Record) else base_offset
     base_ts = min(r.timestamp for r in recs)
     max_ts = max(r.timestamp for r in recs)

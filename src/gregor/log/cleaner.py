@@ -1,0 +1,127 @@
+"""Log compaction for ``cleanup.policy=compact`` topics (Kafka's LogCleaner, simplified).
+
+For a partition whose dirty ratio (bytes appended since the last cleaning over total bytes)
+reaches ``min.cleanable.dirty.ratio``:
+
+1. build a map key -> newest offset over every sealed segment (the active segment is never
+   cleaned, and records younger than ``min.compaction.lag.ms`` are left alone);
+2. rewrite each sealed segment keeping only records that are the newest for their key;
+   tombstones (null values) are dropped once their segment is older than ``delete.retention.ms``;
+   offsets, timestamps, producer ids and the compression codec of each batch are kept;
+3. swap each rewritten segment in: ``.cleaned`` -> ``.log.swap`` -> ``.log`` (a crash in between
+   is finished or undone at the next start).
+
+The rewrite decodes records, so it runs in a worker thread, never on the produce or fetch path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from gregor.log.partition_log import PartitionLog
+from gregor.log.segment import Segment
+from gregor.protocol.records import Record, build_batch, decode_records, iter_batches
+
+log = logging.getLogger(__name__)
+
+
+def dirty_ratio(plog: PartitionLog) -> float:
+    total = plog.size_bytes
+    return plog.dirty_since_clean / total if total else 0.0
+
+
+def build_offset_map(plog: PartitionLog, segments: list[Segment], horizon_ms: int) -> dict[bytes, int]:
+    latest: dict[bytes, int] = {}
+    for seg in segments:
+        data = seg.pread(0, seg.size)
+        for h in iter_batches(data):
+            if h.is_control or h.max_timestamp > horizon_ms:
+                continue
+            for r in decode_records(data, h):
+                if r.key is not None:
+                    latest[r.key] = r.offset
+    return latest
+
+
+def clean_segment(seg: Segment, latest: dict[bytes, int], drop_tombstones: bool, horizon_ms: int) -> Path:
+    """Write the compacted copy of ``seg`` next to it; returns the ``.cleaned`` path."""
+    data = seg.pread(0, seg.size)
+    out = bytearray()
+    for h in iter_batches(data):
+        records = decode_records(data, h)
+        if h.is_control or h.max_timestamp > horizon_ms:
+            out += data[h.position : h.position + h.size]
+            continue
+        kept: list[Record] = []
+        for r in records:
+            if r.key is None or latest.get(r.key, r.offset) != r.offset:
+                continue
+            if r.value is None and drop_tombstones:
+                continue
+            kept.append(r)
+        if len(kept) == len(records):
+            out += data[h.position : h.position + h.size]
+        elif kept:
+            out += build_batch(kept, codec=h.compression, producer_id=h.producer_id,
+                               producer_epoch=h.producer_epoch, base_sequence=-1,
+                               attributes=h.attributes)
+    cleaned = seg.path.with_suffix(".cleaned")
+    with open(cleaned, "wb") as f:
+        f.write(out)
+        f.flush()
+        os.fsync(f.fileno())
+    return cleaned
+
+
+def compact(plog: PartitionLog) -> tuple[list[Segment], list[Path], int]:
+    """Thread part of a cleaning: returns (segments cleaned, their .cleaned files, bytes before)."""
+    sealed = plog.segments[:-1]
+    if not sealed:
+        return [], [], 0
+    now = plog.clock()
+    horizon = now - int(plog.config["min.compaction.lag.ms"])
+    latest = build_offset_map(plog, sealed, horizon)
+    delete_retention = int(plog.config["delete.retention.ms"])
+    files = []
+    for seg in sealed:
+        drop = seg.max_timestamp >= 0 and now - seg.max_timestamp > delete_retention
+        files.append(clean_segment(seg, latest, drop, horizon))
+    return sealed, files, sum(s.size for s in sealed)
+
+
+def swap_in(plog: PartitionLog, sealed: list[Segment], files: list[Path]) -> int:
+    """Event-loop part: replace the sealed segments by their cleaned copies. Returns bytes saved."""
+    if any(s not in plog.segments for s in sealed):
+        for f in files:
+            f.unlink(missing_ok=True)
+        return 0  # retention or deletion changed the log meanwhile; try again later
+    before = sum(s.size for s in sealed)
+    new: list[Segment] = []
+    for seg, cleaned in zip(sealed, files, strict=True):
+        swap = seg.path.with_suffix(".log.swap")
+        os.replace(cleaned, swap)
+        seg.close()
+        os.replace(swap, seg.path)
+        fresh = Segment(plog.dir, seg.base_offset, int(plog.config["index.interval.bytes"]), seg.created_ms)
+        fresh.recover(2**31 - 1)
+        fresh.next_offset = max(fresh.next_offset, seg.next_offset)  # keep the offset range
+        new.append(fresh)
+    plog.replace_segments(sealed, new)
+    plog.dirty_since_clean = 0
+    return before - sum(s.size for s in new)
+
+
+async def clean_partition(plog: PartitionLog) -> int:
+    try:
+        sealed, files, _ = await asyncio.to_thread(compact, plog)
+    except OSError as e:  # a segment went away under the cleaner (retention, topic deletion)
+        log.info("%s-%d: cleaning skipped: %s", plog.topic, plog.partition, e)
+        return 0
+    if not sealed:
+        return 0
+    saved = swap_in(plog, sealed, files)
+    log.info("%s-%d: compacted %d segments, %d bytes freed", plog.topic, plog.partition, len(sealed), saved)
+    return saved

@@ -1,0 +1,50 @@
+import struct
+
+import pytest
+
+from gregor.protocol import codec
+from gregor.protocol.api_keys import ApiKey
+
+
+def _header_v1(api_key, version, corr, client_id=b"cli"):
+    return struct.pack(">hhih", api_key, version, corr, len(client_id)) + client_id
+
+
+def test_parse_header_v1_and_v2():
+    h = codec.parse_header(_header_v1(3, 1, 42), flexible=False)
+    assert (h.api_key, h.api_version, h.correlation_id, h.client_id) == (3, 1, 42, "cli")
+    h2 = codec.parse_header(_header_v1(3, 12, 7) + b"\x00", flexible=True)
+    assert h2.body_offset == len(_header_v1(3, 12, 7)) + 1
+
+
+def test_null_client_id():
+    raw = struct.pack(">hhih", 18, 0, 1, -1)
+    assert codec.parse_header(raw, flexible=False).client_id is None
+
+
+def test_truncated_header():
+    with pytest.raises(codec.RequestDecodeError):
+        codec.parse_header_prefix(b"\x00\x01")
+    with pytest.raises(codec.RequestDecodeError):
+        codec.parse_header(struct.pack(">hhih", 3, 1, 1, 50) + b"ab", flexible=False)
+
+
+def test_build_fits_fields_to_version():
+    data = {"throttle_time": 5, "brokers": [{"node_id": 1, "host": "h", "port": 9, "rack": None}],
+            "cluster_id": "c", "controller_id": 1,
+            "topics": [{"error_code": 0, "name": "t", "topic_id": b"\x01" * 16, "is_internal": False,
+                        "partitions": []}]}
+    v0 = codec.build_response(ApiKey.METADATA, 0, data)
+    v12 = codec.build_response(ApiKey.METADATA, 12, data)
+    assert not hasattr(v0, "cluster_id") and v12.cluster_id == "c"
+    assert v12.topics[0].topic_id.bytes == b"\x01" * 16
+    # ApiVersions responses always use response header v0 (no tagged fields)
+    assert codec.response_header(ApiKey.API_VERSIONS, 3, 9) == b"\x00\x00\x00\x09"
+    assert codec.response_header(ApiKey.METADATA, 12, 9) == b"\x00\x00\x00\x09\x00"
+
+
+def test_trailing_bytes_rejected():
+    body = codec.encode_body(codec.build(codec.request_schema(ApiKey.API_VERSIONS, 0), {}))
+    frame = _header_v1(18, 0, 1) + body + b"junk"
+    with pytest.raises(codec.RequestDecodeError, match="trailing"):
+        codec.decode_request(18, 0, frame, len(_header_v1(18, 0, 1)))
