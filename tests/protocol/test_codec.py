@@ -43,8 +43,14 @@ def test_build_fits_fields_to_version():
     assert codec.response_header(ApiKey.METADATA, 12, 9) == b"\x00\x00\x00\x09\x00"
 
 
-def test_trailing_bytes_rejected():
-    body = codec.encode_body(codec.build(codec.request_schema(ApiKey.API_VERSIONS, 0), {}))
-    frame = _header_v1(18, 0, 1) + body + b"junk"
-    with pytest.raises(codec.RequestDecodeError, match="trailing"):
-        codec.decode_request(18, 0, frame, len(_header_v1(18, 0, 1)))
+def test_trailing_bytes_ignored_like_kafka():
+    body = codec.encode_body(codec.build(codec.request_schema(ApiKey.METADATA, 1), {"topics": None}))
+    frame = _header_v1(3, 1, 1) + body + b"\x00\x00\x00"
+    assert codec.decode_request(3, 1, frame, len(_header_v1(3, 1, 1))).topics is None
+
+
+def test_truncated_body_rejected():
+    body = codec.encode_body(codec.build(codec.request_schema(ApiKey.METADATA, 1), {"topics": [{"name": "abc"}]}))
+    frame = _header_v1(3, 1, 1) + body[:-2]
+    with pytest.raises(codec.RequestDecodeError, match="METADATA v1"):
+        codec.decode_request(3, 1, frame, len(_header_v1(3, 1, 1)))

@@ -123,11 +123,8 @@ def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any
         obj, size = _reader(cls)(frame, offset)
     except (SerialError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise RequestDecodeError(f"{ApiKey(api_key).name} v{version}: {e}") from e
-    if offset + size != len(frame):
-        # Kafka tolerates nothing after the body either; trailing bytes mean a framing bug.
-        raise RequestDecodeError(
-            f"{ApiKey(api_key).name} v{version}: {len(frame) - offset - size} unexpected trailing bytes"
-        )
+    # Bytes after the body are ignored, as Kafka's request parser ignores them: librdkafka sends
+    # fields past their last version (e.g. Metadata v12 with the v8-v10 authorized-operations flag).
     return obj
 
 
