@@ -88,12 +88,13 @@ def test_produce_corrupt_batch_gets_error_not_disconnect(broker):
     assert lo_hi.topics[0].partitions[0].offset == 6
 
 
-def test_produce_to_internal_topic_and_bad_acks(broker):
+def test_produce_with_bad_acks(broker):
     w = Wire(broker.bootstrap)
     from gregor.protocol.records import build_batch
 
+    part = {"index": 0, "records": build_batch([(None, b"v")])}
     resp = w.call(0, 9, {"acks": 2, "timeout": 1000, "transactional_id": None,
-                         "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": build_batch([(None, b"v")])}]}]})
+                         "topic_data": [{"name": "t", "partition_data": [part]}]})
     assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_required_acks
 
 
@@ -122,5 +123,6 @@ def test_bad_configuration_exits_2_naming_the_key(tmp_path, args, message):
 
 def test_data_dir_in_use_is_refused(broker):
     r = subprocess.run([sys.executable, "-m", "gregor", "serve", "--override", f"log.dirs={broker.data_dir}",
-                        "--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"], capture_output=True, timeout=30)
+                        "--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"],
+                       capture_output=True, timeout=30)
     assert r.returncode == 2 and b"in use" in r.stderr

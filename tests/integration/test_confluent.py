@@ -100,7 +100,8 @@ def test_data_survives_clean_restart(broker):
 
 def test_admin_topics_partitions_configs(broker):
     a = AdminClient({"bootstrap.servers": broker.bootstrap})
-    a.create_topics([NewTopic("adm", 2, config={"retention.ms": "1000", "cleanup.policy": "compact"})])["adm"].result(10)
+    topic = NewTopic("adm", 2, config={"retention.ms": "1000", "cleanup.policy": "compact"})
+    a.create_topics([topic])["adm"].result(10)
     with pytest.raises(KafkaException) as e:
         a.create_topics([NewTopic("adm", 2)])["adm"].result(10)
     assert "TOPIC_ALREADY_EXISTS" in str(e.value)

@@ -17,6 +17,7 @@ from typing import Any
 
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
 from gregor.server.dispatcher import RequestContext, handles
 
 INVALID_SESSION_ID = 0
@@ -24,7 +25,7 @@ FINAL_EPOCH = -1
 
 
 @handles(ApiKey.FETCH, 4, 16)
-async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes]:
     session_id = getattr(req, "session_id", 0)
     session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
     if session_id != INVALID_SESSION_ID:
@@ -32,20 +33,18 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if session_epoch not in (0, FINAL_EPOCH):
         return _top_error(ErrorCode.invalid_fetch_session_epoch)
 
-    by_id = ctx.version >= 13
-    wanted = _resolve(ctx, req, by_id)
+    wanted = _resolve(ctx, req, by_id=ctx.version >= 13)
     max_wait = req.max_wait.total_seconds()
     min_bytes = max(req.min_bytes, 1)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     while True:
-        responses, total, any_error = _read_all(ctx, req, wanted, by_id)
+        topics, total, any_error = _read_all(ctx, req, wanted)
         remaining = deadline - loop.time()
         if total >= min_bytes or any_error or remaining <= 0:
             break
         await ctx.broker.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": INVALID_SESSION_ID,
-            "responses": responses}
+    return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
 
 
 def _top_error(code: ErrorCode) -> dict[str, Any]:
@@ -77,41 +76,36 @@ def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
     return out
 
 
-def _read_all(ctx: RequestContext, req: Any, wanted: list[Wanted], by_id: bool
-              ) -> tuple[list[dict[str, Any]], int, bool]:
+def _read_all(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> tuple[list[TopicData], int, bool]:
     logs = ctx.broker.logs
     budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
     total = 0
     any_error = False
     first_with_data = True
-    grouped: dict[Any, list[dict[str, Any]]] = {}
+    grouped: dict[Any, TopicData] = {}
     for name, partition, offset, pmax, key, err in wanted:
-        entry: dict[str, Any] = {"partition_index": partition, "error_code": err, "high_watermark": -1,
-                                 "last_stable_offset": -1, "log_start_offset": -1,
-                                 "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+        entry = PartitionData(partition, err)
         plog = logs.get(name, partition) if name is not None else None
         if name is not None and plog is None:
-            entry["error_code"] = ErrorCode.unknown_topic_or_partition
+            entry.error_code = ErrorCode.unknown_topic_or_partition
         if plog is not None:
             try:
-                limit = min(pmax, budget)
-                res = plog.read(offset, limit, min_one_batch=first_with_data)
-                entry["records"] = res.records
-                entry["high_watermark"] = res.high_watermark
-                entry["last_stable_offset"] = res.high_watermark
-                entry["log_start_offset"] = res.log_start_offset
+                res = plog.read(offset, min(pmax, budget), min_one_batch=first_with_data)
+                entry.records = res.records
+                entry.high_watermark = entry.last_stable_offset = res.high_watermark
+                entry.log_start_offset = res.log_start_offset
                 if res.records:
                     first_with_data = False
                     total += len(res.records)
                     budget = max(budget - len(res.records), 0)
             except KafkaError as e:
-                entry["error_code"] = e.code
-                entry["high_watermark"] = plog.high_watermark
-                entry["last_stable_offset"] = plog.high_watermark
-                entry["log_start_offset"] = plog.log_start_offset
-        if entry["error_code"]:
+                entry.error_code = e.code
+                entry.high_watermark = entry.last_stable_offset = plog.high_watermark
+                entry.log_start_offset = plog.log_start_offset
+        if entry.error_code:
             any_error = True
-        grouped.setdefault(key, []).append(entry)
-    topic_field = "topic_id" if by_id else "topic"
-    responses = [{topic_field: k, "partitions": parts} for k, parts in grouped.items()]
-    return responses, total, any_error
+        topic = grouped.get(key)
+        if topic is None:
+            topic = grouped[key] = TopicData(key)
+        topic.partitions.append(entry)
+    return list(grouped.values()), total, any_error

@@ -257,9 +257,13 @@ class PartitionLog:
             seg = self.segments[i]
             pos, h = seg.find_position(offset)
             if h is not None:
-                length = min(seg.size - pos, max_bytes)
-                if length < h.size and min_one_batch:
-                    length = h.size
+                if h.size > max_bytes:
+                    # KIP-74: the first batch is served whole even when larger than the limit
+                    length = h.size if min_one_batch else 0
+                else:
+                    # whole batches only: a consumer would drop a trailing partial batch and fetch
+                    # it again
+                    length = seg.last_batch_end(pos, min(seg.size, pos + max_bytes)) - pos
                 if length <= 0:
                     return ReadResult(b"", leo, self.log_start_offset)
                 return ReadResult(seg.pread(pos, length), leo, self.log_start_offset)

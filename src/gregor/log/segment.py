@@ -99,6 +99,19 @@ class Segment:
                 return h.position, h
         return self.size, None
 
+    def last_batch_end(self, start: int, limit: int) -> int:
+        """End position of the last whole batch that starts at or after ``start`` and ends at or
+        before ``limit``; ``start`` if none does. Walks from the nearest index entry, so it reads a
+        few batch headers, never the data."""
+        import bisect
+
+        i = bisect.bisect_right(self.index.positions, limit) - 1
+        pos = self.index.positions[i] if i >= 0 and self.index.positions[i] >= start else start
+        end = pos if pos > start else start
+        for h in self.iter_headers(pos, limit):
+            end = h.position + h.size
+        return end
+
     def find_timestamp(self, timestamp: int) -> BatchHeader | None:
         """First batch whose max timestamp is at or after ``timestamp``."""
         _, pos = self.index.lookup(self.time_index.lookup(timestamp))

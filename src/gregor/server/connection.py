@@ -104,7 +104,8 @@ class KafkaConnection(asyncio.Protocol):
                     self._reading_paused = False
                 response = await self.handle(frame)
                 if response is not None and not self._closed and self.transport is not None:
-                    self.transport.write(response)
+                    for buf in response:
+                        self.transport.write(buf)
                     if not self._can_write.is_set():
                         await self._can_write.wait()
         except CloseConnection:
@@ -125,8 +126,9 @@ class KafkaConnection(asyncio.Protocol):
     def idle(self) -> bool:
         return not self.queue
 
-    async def handle(self, frame: bytes) -> bytes | None:
-        """Answer one request frame; returns the size-prefixed response (None: no response)."""
+    async def handle(self, frame: bytes) -> list[bytes] | None:
+        """Answer one request frame; returns the buffers of the size-prefixed response (None: no
+        response)."""
         try:
             api_key, version, corr = codec.parse_header_prefix(frame)
         except codec.RequestDecodeError as e:
@@ -159,12 +161,15 @@ class KafkaConnection(asyncio.Protocol):
         self.broker.metrics_observe(api_key, time.perf_counter() - started)
         if result is None:
             return None
+        head = codec.response_header(api_key, version, corr)
+        if isinstance(result, list):
+            size = len(head) + sum(len(b) for b in result)
+            return [size.to_bytes(4, "big") + head, *result]
         body = result if isinstance(result, bytes) else codec.encode_body(
             codec.build_response(api_key, version, result))
-        head = codec.response_header(api_key, version, corr)
-        return (len(head) + len(body)).to_bytes(4, "big") + head + body
+        return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
 
-    def _unsupported_version(self, api_key: int, version: int, corr: int) -> bytes:
+    def _unsupported_version(self, api_key: int, version: int, corr: int) -> list[bytes]:
         if api_key == ApiKey.API_VERSIONS:
             # Kafka answers with a v0 response carrying UNSUPPORTED_VERSION and its versions, so
             # that the client can retry with one it has in common.
@@ -173,7 +178,7 @@ class KafkaConnection(asyncio.Protocol):
             body = codec.encode_body(codec.build_response(
                 api_key, API_VERSIONS_V0_UNSUPPORTED,
                 api_versions_body(ErrorCode.unsupported_version)))
-            return (4 + len(body)).to_bytes(4, "big") + corr.to_bytes(4, "big", signed=True) + body
+            return [(4 + len(body)).to_bytes(4, "big") + corr.to_bytes(4, "big", signed=True) + body]
         result = self._error_body(api_key, version, ErrorCode.unsupported_version)
         if result is None:
             log.warning("closing connection from %s: %s v%d is not supported", self.peer,
@@ -181,7 +186,7 @@ class KafkaConnection(asyncio.Protocol):
             raise CloseConnection
         body = codec.encode_body(codec.build_response(api_key, version, result))
         head = codec.response_header(api_key, version, corr)
-        return (len(head) + len(body)).to_bytes(4, "big") + head + body
+        return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
 
     @staticmethod
     def _error_body(api_key: int, version: int, code: ErrorCode) -> dict[str, Any] | None:

@@ -27,9 +27,11 @@ class RequestContext:
         return self.header.api_version
 
 
-# A handler returns the response as a dict (built into the version's schema by the connection)
-# or as already-encoded body bytes; None means "no response" (produce with acks=0).
-Handler = Callable[[RequestContext, Any], Awaitable[dict[str, Any] | bytes | None]]
+# A handler returns the response as a dict (built into the version's schema by the connection),
+# as already-encoded body bytes, or as a list of body buffers written one after another (Fetch,
+# so record data is never copied into one big buffer); None means "no response" (acks=0).
+Response = dict[str, Any] | bytes | list[bytes] | None
+Handler = Callable[[RequestContext, Any], Awaitable[Response]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,82 @@
+"""Fetch response encoder for versions 4-16 that keeps record bytes as separate buffers.
+
+The generic codec would copy every fetched byte twice (into the entity, then into the frame);
+here the response is a list of buffers: small encoded pieces and the record data exactly as read
+from the segment, written to the socket one after another. Tested byte for byte against kio's
+generated encoder in tests/protocol/test_fetch_response.py.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass, field
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_PART_V4 = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+@dataclass(slots=True)
+class PartitionData:
+    partition: int
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
+
+@dataclass(slots=True)
+class TopicData:
+    topic: str | uuid.UUID
+    partitions: list[PartitionData] = field(default_factory=list)
+
+
+def encode_fetch_response(version: int, error_code: int, session_id: int, topics: list[TopicData]) -> list[bytes]:
+    """Body of a FetchResponse (no response header) as a list of buffers."""
+    flexible = version >= 12
+    parts: list[bytes] = []
+    buf = bytearray()
+    buf += _I32.pack(0)  # throttle_time_ms
+    if version >= 7:
+        buf += _I16.pack(error_code) + _I32.pack(session_id)
+    buf += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    for t in topics:
+        if version >= 13:
+            assert isinstance(t.topic, uuid.UUID)
+            buf += t.topic.bytes
+        else:
+            name = str(t.topic).encode()
+            buf += _uvarint(len(name) + 1) + name if flexible else _I16.pack(len(name)) + name
+        buf += _uvarint(len(t.partitions) + 1) if flexible else _I32.pack(len(t.partitions))
+        for p in t.partitions:
+            buf += _PART_V4.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
+            if version >= 5:
+                buf += struct.pack(">q", p.log_start_offset)
+            buf += b"\x00" if flexible else b"\xff\xff\xff\xff"  # aborted_transactions: null
+            if version >= 11:
+                buf += b"\xff\xff\xff\xff"  # preferred_read_replica: -1
+            n = len(p.records)
+            buf += _uvarint(n + 1) if flexible else _I32.pack(n)
+            if n:
+                parts.append(bytes(buf))
+                parts.append(p.records)
+                buf = bytearray()
+            if flexible:
+                buf += b"\x00"  # partition tagged fields
+        if flexible:
+            buf += b"\x00"  # topic tagged fields
+    if flexible:
+        buf += b"\x00"  # response tagged fields
+    parts.append(bytes(buf))
+    return parts
