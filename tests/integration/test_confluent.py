@@ -152,3 +152,27 @@ def test_auto_create_on_metadata_and_disabled(broker_factory):
     p.flush(10)
     assert errs and errs[0] is not None
     assert "nope" not in AdminClient({"bootstrap.servers": off.bootstrap}).list_topics(timeout=10).topics
+
+
+def test_compacted_topic_keeps_latest_value_per_key(broker):
+    import time
+
+    create(broker.bootstrap, "compacted", 1, {"cleanup.policy": "compact", "segment.bytes": "2048",
+                                              "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "0"})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(400):
+        p.produce("compacted", key=b"k%d" % (i % 10), value=b"v%d" % i)
+        p.flush(10)
+    p.produce("compacted", key=b"k3", value=None)  # tombstone
+    p.flush(10)
+    p.produce("compacted", key=b"last", value=b"x" * 3000)  # rolls the tombstone's segment
+    p.flush(10)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "compacted" not in broker.output().split("created topic compacted")[-1]:
+        time.sleep(0.2)
+    msgs = consume_all(broker.bootstrap, "compacted", 1, 11, timeout=10)
+    latest = {m.key(): m.value() for m in msgs}
+    assert len(msgs) <= 12  # 400 writes compacted down to one per key (+ the tail)
+    assert latest[b"k5"] == b"v395" and b"k3" not in latest
+    offsets = [m.offset() for m in msgs]
+    assert offsets == sorted(offsets) and offsets[-1] == 401

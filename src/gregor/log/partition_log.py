@@ -178,16 +178,23 @@ class PartitionLog:
             return AppendResult(dup.first_offset, -1, self.log_start_offset, duplicate=True)
         now = self.clock()
         self._maybe_roll(h.size, now)
-        buf = bytearray(records)
         offset = self.log_end_offset
-        rb.set_base_offset(buf, 0, offset)
-        rb.set_partition_leader_epoch(buf, 0, 0)
         h.base_offset = offset
         append_time = -1
         if self.config["message.timestamp.type"] == "LogAppendTime":
             append_time = now
+            buf = bytearray(records)  # the CRC must be recomputed over the whole batch
+            rb.set_base_offset(buf, 0, offset)
+            rb.set_partition_leader_epoch(buf, 0, 0)
             rb.set_log_append_time(buf, h, now)
-        self.active.append(buf, [h])
+            self.active.append([buf], [h])
+        else:
+            # only the first 17 bytes change (base offset, leader epoch; not covered by the CRC):
+            # write a patched header and the rest of the batch as it came
+            head = bytearray(records[: rb.CRC])
+            rb.set_base_offset(head, 0, offset)
+            rb.set_partition_leader_epoch(head, 0, 0)
+            self.active.append([head, memoryview(records)[rb.CRC :]], [h])
         self.producer_state.update(h)
         self.unflushed_messages += h.records_count
         self.dirty_since_clean += h.size
@@ -204,7 +211,7 @@ class PartitionLog:
         offset = self.log_end_offset
         rb.set_base_offset(buf, 0, offset)
         h.base_offset = offset
-        self.active.append(buf, [h])
+        self.active.append([buf], [h])
         self.unflushed_messages += h.records_count
         self.dirty_since_clean += h.size
         if self.unflushed_messages >= int(self.config["flush.messages"]):

@@ -38,15 +38,17 @@ class Segment:
         self.deleted = False
 
     # -- writing -----------------------------------------------------------------------------
-    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> int:
-        """Append batches whose offsets are already assigned; returns the file position."""
+    def append(self, buffers: list[bytes | bytearray | memoryview], headers: list[BatchHeader]) -> int:
+        """Append batches whose offsets are already assigned, given as consecutive buffers
+        (written with one writev); returns the file position."""
         position = self.size
-        view = memoryview(data)
-        written = 0
-        while written < len(view):
-            written += os.write(self.fd, view[written:])
+        total = sum(len(b) for b in buffers)
+        written = os.writev(self.fd, buffers)
+        while written < total:  # short write (rare): finish with the remainder
+            rest = b"".join(bytes(b) for b in buffers)[written:]
+            written += os.write(self.fd, rest)
         self._track(headers, position)
-        self.size += len(view)
+        self.size += total
         return position
 
     def _track(self, headers: list[BatchHeader], position: int) -> None:

@@ -24,8 +24,14 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every complete frame payload they finish."""
-        self._buf += data
         frames: list[bytes] = []
+        if not self._buf and self._need is None:
+            # fast path: nothing pending, slice frames straight out of what arrived
+            pos = self._split(data, frames)
+            if pos == len(data):
+                return frames
+            data = data[pos:]
+        self._buf += data
         buf = self._buf
         pos = 0
         end = len(buf)
@@ -44,12 +50,25 @@ class FrameDecoder:
                 pos += 4
             if end - pos < self._need:
                 break
-            frames.append(bytes(buf[pos : pos + self._need]))
+            with memoryview(buf) as mv:
+                frames.append(bytes(mv[pos : pos + self._need]))
             pos += self._need
             self._need = None
         if pos:
             del buf[:pos]
         return frames
+
+    def _split(self, data: bytes, frames: list[bytes]) -> int:
+        """Whole frames at the start of ``data``; returns where the first incomplete one starts."""
+        pos = 0
+        end = len(data)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(data, pos)
+            if size < 0 or size > self.max_frame_bytes or end - pos - 4 < size:
+                break  # errors are raised by the buffered path, which sees the same prefix
+            frames.append(data[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+        return pos
 
     @property
     def buffered(self) -> int:
