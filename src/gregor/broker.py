@@ -38,6 +38,9 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self.request_stats: dict[int, list[float]] = {}
         self.on_topic_created: list[Callable[[Topic], None]] = []
+        from gregor.coordinator.group.service import GroupCoordinatorService
+
+        self.coordinator = GroupCoordinatorService(self)
         load_all_apis()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -69,6 +72,7 @@ class Broker:
         from gregor.server.connection import KafkaConnection
 
         self.open_storage()
+        await self.coordinator.start()
         host, port = self.config.listener()
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
@@ -96,6 +100,7 @@ class Broker:
             await asyncio.sleep(0.01)
         for c in list(self.connections):
             c.close()
+        await self.coordinator.stop()
         self.logs.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)
 
@@ -174,6 +179,7 @@ class Broker:
             raise KafkaError(ErrorCode.topic_authorization_failed, f"internal topic '{name}' cannot be deleted")
         self.topics.remove(name)
         self.logs.delete_logs(topic)
+        self.coordinator.on_topic_deleted(name)
         log.info("deleted topic %s", name)
         return topic
 

@@ -181,6 +181,14 @@ def _to_error_code(v: Any) -> ErrorCode:
     return v if isinstance(v, ErrorCode) else ErrorCode(v)
 
 
+def _non_null_str(v: Any) -> Any:
+    return "" if v is None else v
+
+
+def _non_null_bytes(v: Any) -> Any:
+    return b"" if v is None else v
+
+
 def _identity(v: Any) -> Any:
     return v
 
@@ -213,6 +221,10 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
             return _ms_to_datetime
         if issubclass(tp, uuid.UUID):
             return _to_uuid
+        if issubclass(tp, str):
+            return _non_null_str  # a field nullable in newer versions only: null becomes ""
+        if issubclass(tp, bytes):
+            return _non_null_bytes
     return _identity
 
 

@@ -1,0 +1,64 @@
+"""DescribeGroups (15), ListGroups (16), DeleteGroups (42)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.server.dispatcher import RequestContext, handles
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+def _describe(shard: Any, group_id: str) -> Any:
+    return shard.describe_group(group_id)
+
+
+def _delete(shard: Any, group_id: str) -> Any:
+    return shard.delete_groups([group_id])
+
+
+@handles(ApiKey.DESCRIBE_GROUPS, 0, 5)
+async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    out = []
+    for group_id in req.groups:
+        try:
+            d = ctx.broker.coordinator.read(group_id, functools.partial(_describe, group_id=group_id))
+            out.append({"error_code": d.error, "group_id": group_id, "group_state": d.state,
+                        "protocol_type": d.protocol_type, "protocol_data": d.protocol_name, "members": d.members,
+                        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+        except KafkaError as e:
+            out.append({"error_code": e.code, "group_id": group_id, "group_state": "", "protocol_type": "",
+                        "protocol_data": "", "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+    return {"throttle_time": 0, "groups": out}
+
+
+@handles(ApiKey.LIST_GROUPS, 0, 5)
+async def list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    states = {s.lower() for s in getattr(req, "states_filter", ())} or None
+    types = {t.lower() for t in getattr(req, "types_filter", ())}
+    if types and "classic" not in types:
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
+    coordinator = ctx.broker.coordinator
+    groups = []
+    for shard in coordinator.active_shards():
+        for group_id, protocol_type, state in shard.list_groups(states):
+            groups.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
+                           "group_type": "classic"})
+    code = ErrorCode.coordinator_load_in_progress if coordinator.loading else ErrorCode.none
+    return {"throttle_time": 0, "error_code": code, "groups": sorted(groups, key=lambda g: g["group_id"])}
+
+
+@handles(ApiKey.DELETE_GROUPS, 0, 2)
+async def delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    results = []
+    for group_id in req.groups_names:
+        try:
+            errors = await ctx.broker.coordinator.write(group_id, functools.partial(_delete, group_id=group_id))
+            code = errors[group_id]
+        except KafkaError as e:
+            code = e.code
+        results.append({"group_id": group_id, "error_code": code})
+    return {"throttle_time": 0, "results": results}

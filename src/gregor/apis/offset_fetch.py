@@ -1,0 +1,51 @@
+"""OffsetFetch (9): one group (v1-v7) or many (v8+); all partitions when topics is null (v2+).
+Partitions without a commit answer offset -1, as Kafka does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.server.dispatcher import RequestContext, handles
+
+
+def fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    try:
+        rows = ctx.broker.coordinator.read(group_id, lambda s: s.fetch_offsets(group_id, wanted))
+    except KafkaError as e:
+        if wanted is None:
+            return e.code, []
+        return e.code, _by_topic([(tp, None, e.code) for tp in wanted])
+    return ErrorCode.none, _by_topic([(tp, v, ErrorCode.none) for tp, v in rows])
+
+
+def _by_topic(rows: list[tuple[tuple[str, int], Any, ErrorCode]]) -> list[dict[str, Any]]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), v, code in rows:
+        topics.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": v.offset if v is not None else -1,
+            "committed_leader_epoch": v.leader_epoch if v is not None else -1,
+            "metadata": v.metadata if v is not None else "",
+            "error_code": code,
+        })
+    return [{"name": t, "partitions": parts} for t, parts in topics.items()]
+
+
+@handles(ApiKey.OFFSET_FETCH, 1, 9)
+async def offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if ctx.version >= 8:
+        groups = []
+        for g in req.groups:
+            code, topics = fetch_group(ctx, g.group_id, g.topics)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+        return {"throttle_time": 0, "groups": groups}
+    code, topics = fetch_group(ctx, req.group_id, req.topics)
+    if ctx.version < 2 and code:
+        # v0-v1 have no top-level error: it goes on every partition
+        for t in topics:
+            for p in t["partitions"]:
+                p["error_code"] = code
+    return {"throttle_time": 0, "topics": topics, "error_code": code}

@@ -1,0 +1,1 @@
+"""Consumer groups: records, model, group and offset managers, the shard that composes them."""

@@ -1,0 +1,41 @@
+"""What the managers of one shard share: configuration, clock, timers, the groups, and the
+completions that must wait until the current operation's records are written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gregor.coordinator.group.model import ClassicGroup
+from gregor.coordinator.runtime.timer import Timer
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    max_size: int = 2**31 - 1
+    offsets_retention_ms: int = 7 * 24 * 3_600_000
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    new_member_join_timeout_ms: int = 5 * 60 * 1000
+
+
+@dataclass
+class ShardContext:
+    partition: int
+    config: GroupConfig
+    clock: Callable[[], int]
+    timer: Timer
+    topic_exists: Callable[[str, int], bool] = lambda topic, partition: True
+    groups: dict[str, ClassicGroup] = field(default_factory=dict)
+    after_commit: list[Callable[[], object]] = field(default_factory=list)
+
+    def defer(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` once the current operation's records are in the log."""
+        self.after_commit.append(fn)
+
+    def take_after_commit(self) -> list[Callable[[], object]]:
+        out, self.after_commit = self.after_commit, []
+        return out

@@ -1,0 +1,211 @@
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, and retention (expiry).
+
+Offsets are state over records: a commit returns OffsetCommit records and the runtime's replay
+puts them in ``offsets``; deletion and expiry return tombstones.
+
+Who may commit (Kafka's rules):
+- generation -1 and no member id ("assign mode", or a group that only stores offsets): allowed
+  when the group does not exist or is Empty;
+- a member of the group: its member id and generation must match; REBALANCE_IN_PROGRESS while the
+  group is CompletingRebalance; commits during PreparingRebalance are accepted.
+
+Retention (``offsets.retention.minutes``, KIP-211): offsets of a group with members never expire;
+an Empty group's offsets expire that long after the group became empty (after their commit for a
+group that never had members); a commit with an explicit retention time (OffsetCommit v2-v4)
+expires at its own expire timestamp. An Empty group left with no offsets is deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from gregor.coordinator.group.context import ShardContext
+from gregor.coordinator.group.model import ClassicGroup, GroupState
+from gregor.coordinator.group.records import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
+from gregor.coordinator.runtime.result import CoordinatorResult, Record
+from gregor.protocol.errors import ErrorCode
+
+log = logging.getLogger("gregor.coordinator")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class CommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass
+class CommitRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    partitions: list[CommitPartition]
+    retention_ms: int = -1
+
+
+class OffsetManager:
+    def __init__(self, ctx: ShardContext) -> None:
+        self.ctx = ctx
+        self.offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
+
+    # -- OffsetCommit ------------------------------------------------------------------------
+    def commit(self, req: CommitRequest) -> CoordinatorResult[dict[TopicPartition, ErrorCode]]:
+        def all_(code: ErrorCode) -> CoordinatorResult[dict[TopicPartition, ErrorCode]]:
+            return CoordinatorResult([], {(p.topic, p.partition): code for p in req.partitions})
+
+        group = self.ctx.groups.get(req.group_id)
+        if group is None:
+            if req.generation_id >= 0:
+                # a member of a group that no longer exists (or of an older coordinator)
+                return all_(ErrorCode.illegal_generation)
+            group = ClassicGroup(req.group_id, state_timestamp_ms=self.ctx.clock())
+            self.ctx.groups[req.group_id] = group
+        error = self._validate_member(group, req)
+        if error is not None:
+            return all_(error)
+        now = self.ctx.clock()
+        expire = now + req.retention_ms if req.retention_ms >= 0 else -1
+        records: list[Record] = []
+        errors: dict[TopicPartition, ErrorCode] = {}
+        limit = self.ctx.config.offset_metadata_max_bytes
+        for p in req.partitions:
+            tp = (p.topic, p.partition)
+            metadata = p.metadata or ""
+            if len(metadata.encode()) > limit:
+                errors[tp] = ErrorCode.offset_metadata_too_large
+            elif not self.ctx.topic_exists(p.topic, p.partition):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                errors[tp] = ErrorCode.none
+                records.append((OffsetCommitKey(req.group_id, p.topic, p.partition),
+                                OffsetCommitValue(p.offset, metadata, now, p.leader_epoch, expire)))
+        return CoordinatorResult(records, errors)
+
+    @staticmethod
+    def _validate_member(group: ClassicGroup, req: CommitRequest) -> ErrorCode | None:
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.is_static_member_fenced(req.member_id, req.group_instance_id):
+            return ErrorCode.fenced_instance_id
+        if req.generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return None  # the group only stores offsets here
+        if req.member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if req.generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        return None
+
+    # -- OffsetFetch -------------------------------------------------------------------------
+    def fetch(self, group_id: str, partitions: list[TopicPartition] | None
+              ) -> list[tuple[TopicPartition, OffsetCommitValue | None]]:
+        committed = self.offsets.get(group_id, {})
+        if partitions is None:
+            return sorted(committed.items())
+        return [(tp, committed.get(tp)) for tp in partitions]
+
+    # -- OffsetDelete ------------------------------------------------------------------------
+    def delete(self, group_id: str, partitions: list[TopicPartition]
+               ) -> CoordinatorResult[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
+        group = self.ctx.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return CoordinatorResult([], (ErrorCode.group_id_not_found, {}))
+        subscribed = subscribed_topics(group)
+        committed = self.offsets.get(group_id, {})
+        records: list[Record] = []
+        errors: dict[TopicPartition, ErrorCode] = {}
+        for tp in partitions:
+            if not group.is_in(GroupState.EMPTY) and tp[0] in subscribed:
+                errors[tp] = ErrorCode.group_subscribed_to_topic
+                continue
+            errors[tp] = ErrorCode.none
+            if tp in committed:
+                records.append((OffsetCommitKey(group_id, tp[0], tp[1]), None))
+        return CoordinatorResult(records, (ErrorCode.none, errors))
+
+    def tombstones_for_group(self, group_id: str) -> list[Record]:
+        return [(OffsetCommitKey(group_id, t, p), None) for (t, p) in self.offsets.get(group_id, {})]
+
+    def tombstones_for_topic(self, topic: str) -> list[Record]:
+        return [(OffsetCommitKey(g, t, p), None) for g, offs in self.offsets.items() for (t, p) in offs if t == topic]
+
+    # -- retention ---------------------------------------------------------------------------
+    def expire(self) -> CoordinatorResult[int]:
+        start = time.perf_counter()
+        now = self.ctx.clock()
+        retention = self.ctx.config.offsets_retention_ms
+        records: list[Record] = []
+        removed = 0
+        for group_id in list(set(self.offsets) | set(self.ctx.groups)):
+            group = self.ctx.groups.get(group_id)
+            committed = self.offsets.get(group_id, {})
+            if group is not None and not group.is_in(GroupState.EMPTY, GroupState.DEAD):
+                continue  # a group with members keeps its offsets
+            expired = []
+            for tp, v in committed.items():
+                if v.expire_timestamp >= 0:
+                    due = now >= v.expire_timestamp
+                elif group is not None and group.protocol_type and group.state_timestamp_ms >= 0:
+                    due = now - group.state_timestamp_ms >= retention
+                else:
+                    due = now - v.commit_timestamp >= retention
+                if due:
+                    expired.append(tp)
+            for tp in expired:
+                records.append((OffsetCommitKey(group_id, tp[0], tp[1]), None))
+            removed += len(expired)
+            if group is not None and len(expired) == len(committed):
+                records.append((GroupMetadataKey(group_id), None))
+                log.info("Group %s transitioned to Dead in generation %d", group_id, group.generation_id)
+        elapsed_ms = int((time.perf_counter() - start) * 1000)
+        log.info("Removed %d expired offsets in %d milliseconds. (__consumer_offsets-%d)", removed, elapsed_ms,
+                 self.ctx.partition)
+        return CoordinatorResult(records, removed)
+
+    # -- replay ------------------------------------------------------------------------------
+    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
+        tp = (key.topic, key.partition)
+        if value is None:
+            group_offsets = self.offsets.get(key.group)
+            if group_offsets is not None:
+                group_offsets.pop(tp, None)
+                if not group_offsets:
+                    del self.offsets[key.group]
+            return
+        self.offsets.setdefault(key.group, {})[tp] = value
+        if key.group not in self.ctx.groups:
+            # offsets of a group without group metadata: the group exists, Empty, as in Kafka
+            self.ctx.groups[key.group] = ClassicGroup(key.group, state_timestamp_ms=-1)
+
+
+def subscribed_topics(group: ClassicGroup) -> set[str]:
+    """Topics in the members' consumer-protocol subscriptions (ConsumerProtocolSubscription:
+    version int16, topics [string], ...). Unparseable metadata counts as no topics."""
+    import struct
+
+    topics: set[str] = set()
+    if group.protocol_type != "consumer":
+        return topics
+    for m in group.members.values():
+        data = m.metadata_for(group.protocol_name)
+        try:
+            pos = 2
+            (n,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            for _ in range(max(n, 0)):
+                (ln,) = struct.unpack_from(">h", data, pos)
+                pos += 2
+                topics.add(data[pos : pos + ln].decode())
+                pos += ln
+        except (struct.error, UnicodeDecodeError):
+            continue
+    return topics

@@ -1,0 +1,160 @@
+"""The group coordinator service: owns one ShardRuntime per ``__consumer_offsets`` partition,
+routes each group to its shard (``partition_for``), and creates the topic at start-up.
+
+On a single node every partition is led here, so every group has a coordinator: a group can
+never hash to a partition "whose leader is gone". A shard that fails to load is retried with
+back-off and reported (FindCoordinator says which partition and why) instead of leaving its
+groups looping on COORDINATOR_NOT_AVAILABLE without explanation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gregor.coordinator.group.context import GroupConfig
+from gregor.coordinator.group.partitioner import partition_for
+from gregor.coordinator.group.shard import GroupCoordinatorShard
+from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
+from gregor.coordinator.runtime.timer import Timer
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from gregor.broker import Broker
+
+log = logging.getLogger("gregor.coordinator")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+RELOAD_BACKOFF_S = 5.0
+
+
+def group_config(config: Any) -> GroupConfig:
+    return GroupConfig(
+        min_session_timeout_ms=config["group.min.session.timeout.ms"],
+        max_session_timeout_ms=config["group.max.session.timeout.ms"],
+        initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+        max_size=config["group.max.size"],
+        offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+        offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+        offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+    )
+
+
+class GroupCoordinatorService:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config = group_config(broker.config)
+        self.runtimes: dict[int, ShardRuntime] = {}
+        self.num_partitions = broker.config["offsets.topic.num.partitions"]
+        self._watchdog: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def ensure_topic(self) -> None:
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        wanted = self.broker.config["offsets.topic.num.partitions"]
+        if topic is None:
+            self.broker.create_topic(OFFSETS_TOPIC, wanted, {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
+            }, internal=True)
+            topic = self.broker.topics.get(OFFSETS_TOPIC)
+        assert topic is not None
+        if topic.partitions != wanted:
+            log.warning("%s has %d partitions but offsets.topic.num.partitions=%d; the topic's count is used, "
+                        "as changing it would move every group", OFFSETS_TOPIC, topic.partitions, wanted)
+        self.num_partitions = topic.partitions
+
+    async def start(self) -> None:
+        self.ensure_topic()
+        for p in range(self.num_partitions):
+            self.load(p)
+        self._watchdog = asyncio.get_running_loop().create_task(self._reload_failed())
+
+    def load(self, partition: int) -> ShardRuntime:
+        """Become coordinator of one partition (on one node: of all of them)."""
+        plog = self.broker.logs.get(OFFSETS_TOPIC, partition)
+        assert plog is not None
+        notify = self.broker.logs.notifier.notify
+        runtime = ShardRuntime(partition, plog, self._make_shard,
+                               codec=self.broker.config["offsets.topic.compression.codec"],
+                               on_append=lambda: notify((OFFSETS_TOPIC, partition)))
+        self.runtimes[partition] = runtime
+        runtime.start_loading()
+        return runtime
+
+    def unload(self, partition: int) -> None:
+        runtime = self.runtimes.pop(partition, None)
+        if runtime is not None:
+            runtime.unload()
+
+    def _make_shard(self, partition: int, timer: Timer) -> GroupCoordinatorShard:
+        from gregor.log.partition_log import now_ms
+
+        return GroupCoordinatorShard(partition, self.config, now_ms, timer, topic_exists=self._topic_exists)
+
+    def _topic_exists(self, topic: str, partition: int) -> bool:
+        t = self.broker.topics.get(topic)
+        return t is not None and 0 <= partition < t.partitions
+
+    async def wait_loaded(self) -> None:
+        for rt in list(self.runtimes.values()):
+            await rt.wait_loaded()
+
+    async def _reload_failed(self) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_BACKOFF_S)
+            for rt in list(self.runtimes.values()):
+                if rt.state is ShardState.FAILED:
+                    rt.reload()
+
+    async def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        for p in list(self.runtimes):
+            self.unload(p)
+
+    # -- routing -----------------------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def runtime_for(self, group_id: str) -> ShardRuntime:
+        runtime = self.runtimes.get(self.partition_for(group_id))
+        if runtime is None:
+            raise KafkaError(ErrorCode.not_coordinator, f"group {group_id!r} is not coordinated here")
+        return runtime
+
+    def status(self, group_id: str) -> tuple[ErrorCode, str | None]:
+        """For FindCoordinator: can this broker coordinate the group right now?"""
+        try:
+            self.runtime_for(group_id).check_available()
+        except KafkaError as e:
+            if e.code == ErrorCode.coordinator_load_in_progress:
+                return ErrorCode.none, None  # the coordinator is here; requests will say "loading"
+            return e.code, e.message
+        return ErrorCode.none, None
+
+    async def write(self, group_id: str, op: Callable[[GroupCoordinatorShard], Any]) -> Any:
+        return await resolve(self.runtime_for(group_id).execute(op))
+
+    def read(self, group_id: str, fn: Callable[[GroupCoordinatorShard], Any]) -> Any:
+        return self.runtime_for(group_id).read(fn)
+
+    def active_shards(self) -> list[GroupCoordinatorShard]:
+        return [rt.shard for rt in self.runtimes.values() if rt.state is ShardState.ACTIVE and rt.shard]
+
+    @property
+    def loading(self) -> bool:
+        return any(rt.state is ShardState.LOADING for rt in self.runtimes.values())
+
+    def on_topic_deleted(self, topic: str) -> None:
+        """Remove committed offsets of a deleted topic (Kafka: handleDeletedPartitions)."""
+        removed = 0
+        for rt in self.runtimes.values():
+            if rt.state is ShardState.ACTIVE:
+                removed += rt.execute(lambda s: s.delete_topic_offsets(topic))
+        log.info("Removed %d offsets associated with deleted topic %s", removed, topic)

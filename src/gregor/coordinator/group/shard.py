@@ -1,0 +1,178 @@
+"""One shard of the group coordinator: every group of one ``__consumer_offsets`` partition.
+
+Composes the GroupManager (classic membership) and the OffsetManager, answers the read-only
+APIs, and replays records: ``replay`` is the only way persisted state changes, and loading a
+partition is replaying it from the start.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from gregor.coordinator.group.context import GroupConfig, ShardContext
+from gregor.coordinator.group.group_manager import GroupManager, JoinRequest, SyncRequest
+from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
+from gregor.coordinator.group.offset_manager import CommitRequest, OffsetManager, TopicPartition
+from gregor.coordinator.group.records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+)
+from gregor.coordinator.runtime.result import CoordinatorResult, Record
+from gregor.coordinator.runtime.timer import Timer
+from gregor.protocol.errors import ErrorCode
+
+log = logging.getLogger("gregor.coordinator")
+
+EXPIRY_TIMER = "offsets-expiration"
+
+
+@dataclass
+class GroupDescription:
+    group_id: str
+    error: ErrorCode
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: list[dict[str, Any]]
+
+
+class GroupCoordinatorShard:
+    def __init__(self, partition: int, config: GroupConfig, clock: Any, timer: Timer,
+                 topic_exists: Any = None) -> None:
+        self.ctx = ShardContext(partition, config, clock, timer)
+        if topic_exists is not None:
+            self.ctx.topic_exists = topic_exists
+        self.groups_mgr = GroupManager(self.ctx)
+        self.offsets_mgr = OffsetManager(self.ctx)
+        self.loading = True
+
+    @property
+    def partition(self) -> int:
+        return self.ctx.partition
+
+    @property
+    def groups(self) -> dict[str, ClassicGroup]:
+        return self.ctx.groups
+
+    # -- writes (each returns a CoordinatorResult) --------------------------------------------
+    def join_group(self, req: JoinRequest) -> CoordinatorResult[Any]:
+        return self.groups_mgr.join_group(req)
+
+    def sync_group(self, req: SyncRequest) -> CoordinatorResult[Any]:
+        return self.groups_mgr.sync_group(req)
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None
+                  ) -> CoordinatorResult[Any]:
+        return self.groups_mgr.heartbeat(group_id, generation, member_id, instance_id)
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None, str | None]]) -> CoordinatorResult[Any]:
+        return self.groups_mgr.leave_group(group_id, members)
+
+    def commit_offsets(self, req: CommitRequest) -> CoordinatorResult[Any]:
+        result = self.offsets_mgr.commit(req)
+        if req.member_id and result.records:
+            self.groups_mgr.touch(req.group_id, req.member_id)
+        return result
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> CoordinatorResult[Any]:
+        return self.offsets_mgr.delete(group_id, partitions)
+
+    def delete_groups(self, group_ids: list[str]) -> CoordinatorResult[dict[str, ErrorCode]]:
+        records: list[Record] = []
+        errors: dict[str, ErrorCode] = {}
+        for gid in group_ids:
+            group = self.groups.get(gid)
+            if group is None or group.is_in(GroupState.DEAD):
+                errors[gid] = ErrorCode.group_id_not_found
+            elif not group.is_in(GroupState.EMPTY):
+                errors[gid] = ErrorCode.non_empty_group
+            else:
+                records += self.offsets_mgr.tombstones_for_group(gid)
+                records.append((GroupMetadataKey(gid), None))
+                errors[gid] = ErrorCode.none
+                log.info("Group %s deleted with %d offsets", gid, len(self.offsets_mgr.offsets.get(gid, {})))
+        return CoordinatorResult(records, errors)
+
+    def delete_topic_offsets(self, topic: str) -> CoordinatorResult[int]:
+        records = self.offsets_mgr.tombstones_for_topic(topic)
+        return CoordinatorResult(records, len(records))
+
+    def expire_offsets(self) -> CoordinatorResult[int]:
+        result = self.offsets_mgr.expire()
+        self._schedule_expiry()
+        return result
+
+    def _schedule_expiry(self) -> None:
+        self.ctx.timer.schedule(EXPIRY_TIMER, self.ctx.config.offsets_retention_check_interval_ms,
+                                self.expire_offsets)
+
+    # -- reads -------------------------------------------------------------------------------
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
+                      ) -> list[tuple[TopicPartition, OffsetCommitValue | None]]:
+        return self.offsets_mgr.fetch(group_id, partitions)
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupDescription(group_id, ErrorCode.none, GroupState.DEAD.value, "", "", [])
+        stable = group.is_in(GroupState.STABLE)
+        members = [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+             "client_host": m.client_host,
+             "member_metadata": m.metadata_for(group.protocol_name) if stable else b"",
+             "member_assignment": m.assignment if stable else b""}
+            for m in group.members.values()
+        ]
+        return GroupDescription(group_id, ErrorCode.none, group.state.value, group.protocol_type or "",
+                                (group.protocol_name or "") if stable else "", members)
+
+    def list_groups(self, states: set[str] | None) -> list[tuple[str, str, str]]:
+        out = []
+        for g in self.groups.values():
+            if g.is_in(GroupState.DEAD):
+                continue
+            if states and g.state.value.lower() not in states:
+                continue
+            out.append((g.group_id, g.protocol_type or "", g.state.value))
+        return out
+
+    # -- replay ------------------------------------------------------------------------------
+    def replay(self, key: Any, value: Any) -> None:
+        if isinstance(key, OffsetCommitKey):
+            self.offsets_mgr.replay(key, value)
+        elif isinstance(key, GroupMetadataKey):
+            self._replay_group(key, value)
+
+    def _replay_group(self, key: GroupMetadataKey, value: GroupMetadataValue | None) -> None:
+        if value is None:
+            group = self.groups.pop(key.group, None)
+            if group is not None:
+                group.state = GroupState.DEAD
+            return
+        group = self.groups.get(key.group)
+        if group is not None and not self.loading:
+            return  # live group: the record persists what the state machine already holds
+        group = ClassicGroup(key.group, protocol_type=value.protocol_type or None,
+                             protocol_name=value.protocol, generation_id=value.generation,
+                             leader_id=value.leader, state_timestamp_ms=value.current_state_timestamp)
+        for m in value.members:
+            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout,
+                            m.session_timeout, value.protocol_type, [(value.protocol or "", m.subscription)],
+                            assignment=m.assignment)
+            group.members[m.member_id] = member
+            if m.group_instance_id is not None:
+                group.static_members[m.group_instance_id] = m.member_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        self.groups[key.group] = group
+
+    def on_loaded(self) -> None:
+        self.loading = False
+        self.groups_mgr.on_loaded()
+        self._schedule_expiry()
+
+    def on_unloaded(self) -> None:
+        self.groups_mgr.on_unloaded()

@@ -1,0 +1,1 @@
+"""Coordinator runtime: results, deferred responses, keyed timers, shard executors, loading."""

@@ -1,0 +1,132 @@
+"""Drive a coordinator shard without network or event loop (Kafka:
+GroupMetadataManagerTestContext). Records go through the real encoders and decoders before they
+are replayed, so every test also checks the ``__consumer_offsets`` formats."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from gregor.coordinator.group.context import GroupConfig
+from gregor.coordinator.group.group_manager import JoinRequest, SyncRequest
+from gregor.coordinator.group.offset_manager import CommitPartition, CommitRequest
+from gregor.coordinator.group.records import decode_key, decode_value, encode_key, encode_value
+from gregor.coordinator.group.shard import GroupCoordinatorShard
+from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
+from gregor.coordinator.runtime.timer import ManualClock, ManualTimer
+
+DEFAULT = GroupConfig(initial_rebalance_delay_ms=0)
+
+
+class ShardContext:
+    def __init__(self, config: GroupConfig = DEFAULT, topics: dict[str, int] | None = None) -> None:
+        self.clock = ManualClock()
+        self.timer = ManualTimer(self.clock)
+        self.topics = topics
+        self.config = config
+        self.shard = self._new_shard()
+        self.shard.on_loaded()
+        self.log: list[tuple[bytes, bytes | None]] = []  # every record written, encoded
+
+    def _new_shard(self) -> GroupCoordinatorShard:
+        exists = None
+        if self.topics is not None:
+            exists = lambda t, p: t in self.topics and 0 <= p < self.topics[t]  # noqa: E731
+        return GroupCoordinatorShard(0, self.config, self.clock, self.timer, exists)
+
+    # -- running operations ------------------------------------------------------------------
+    def run(self, result: CoordinatorResult[Any]) -> Any:
+        written = []
+        for key, value in result.records:
+            kb, vb = encode_key(key), encode_value(value)
+            self.log.append((kb, vb))
+            written.append((kb, vb))
+        for kb, vb in written:
+            k = decode_key(kb)
+            self.shard.replay(k, decode_value(k, vb))
+        for fn in self.shard.ctx.take_after_commit():
+            fn()
+        self.last_records = result.records
+        return result.response
+
+    def sleep(self, ms: int) -> list[Any]:
+        """Advance the clock, fire due timers as operations; returns the records they wrote."""
+        self.clock.now_ms += ms
+        records: list[Any] = []
+        while True:
+            due = self.timer.pop_due()
+            if not due:
+                return records
+            for _key, op in due:
+                result = op()
+                if isinstance(result, CoordinatorResult):
+                    self.run(result)
+                    records += result.records
+
+    def reload(self) -> GroupCoordinatorShard:
+        """A new shard replaying everything written so far (loading = replay)."""
+        self.timer = ManualTimer(self.clock)
+        shard = self._new_shard()
+        for kb, vb in self.log:
+            k = decode_key(kb)
+            shard.replay(k, decode_value(k, vb))
+        shard.on_loaded()
+        self.shard = shard
+        return shard
+
+    # -- request helpers ---------------------------------------------------------------------
+    def join(self, group: str = "g", member_id: str = "", protocols: list[tuple[str, bytes]] | None = None,
+             instance: str | None = None, session: int = 10_000, rebalance: int = 30_000,
+             require_known: bool = True, protocol_type: str = "consumer", client_id: str = "client") -> Any:
+        req = JoinRequest(group, member_id, instance, session, rebalance, protocol_type,
+                          protocols if protocols is not None else [("range", b"meta")], client_id, "/127.0.0.1",
+                          require_known)
+        return _deferred(self.run(self.shard.join_group(req)))
+
+    def join_new(self, group: str = "g", **kw: Any) -> tuple[str, Deferred[Any]]:
+        """Join as a new dynamic member (MEMBER_ID_REQUIRED round trip); returns (id, pending join)."""
+        first = self.join(group, **kw).result()
+        assert first.error == 79, first  # MEMBER_ID_REQUIRED
+        second = self.join(group, member_id=first.member_id, **kw)
+        return first.member_id, second
+
+    def sync(self, group: str, generation: int, member_id: str, assignments: dict[str, bytes] | None = None,
+             instance: str | None = None, protocol_type: str | None = None, protocol_name: str | None = None) -> Any:
+        return _deferred(self.run(self.shard.sync_group(SyncRequest(group, generation, member_id, instance,
+                                                                    protocol_type, protocol_name, assignments or {}))))
+
+    def heartbeat(self, group: str, generation: int, member_id: str, instance: str | None = None) -> Any:
+        return self.run(self.shard.heartbeat(group, generation, member_id, instance))
+
+    def leave(self, group: str, *members: tuple[str, str | None]) -> Any:
+        return self.run(self.shard.leave_group(group, [(m, i, None) for m, i in members]))
+
+    def commit(self, group: str, offsets: dict[tuple[str, int], int], generation: int = -1, member_id: str = "",
+               metadata: str = "", instance: str | None = None, retention_ms: int = -1) -> Any:
+        parts = [CommitPartition(t, p, o, -1, metadata) for (t, p), o in offsets.items()]
+        return self.run(self.shard.commit_offsets(CommitRequest(group, generation, member_id, instance, parts,
+                                                                retention_ms)))
+
+    def committed(self, group: str) -> dict[tuple[str, int], int]:
+        return {tp: v.offset for tp, v in self.shard.fetch_offsets(group, None) if v is not None}
+
+    def state(self, group: str = "g") -> str:
+        return self.shard.describe_group(group).state
+
+    def with_config(self, **kw: Any) -> ShardContext:
+        return ShardContext(replace(self.config, **kw), self.topics)
+
+
+class _Immediate(Deferred[Any]):
+    """An answer given at once, shaped like a deferred one; attribute access reads the answer."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result(), name)
+
+
+def _deferred(response: Any) -> Any:
+    if isinstance(response, Deferred):
+        return response
+    d = _Immediate()
+    d.complete(response)
+    return d
