@@ -1,0 +1,134 @@
+"""The shard runtime on a real partition log (no network): loading is replay, of any size;
+loading and unloading answer the way Kafka's coordinator does."""
+
+import asyncio
+
+import pytest
+
+from gregor.config import BrokerConfig
+from gregor.coordinator.group.context import GroupConfig
+from gregor.coordinator.group.group_manager import JoinRequest
+from gregor.coordinator.group.offset_manager import CommitPartition, CommitRequest
+from gregor.coordinator.group.records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    encode_key,
+    encode_value,
+)
+from gregor.coordinator.group.shard import GroupCoordinatorShard
+from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
+from gregor.log.partition_log import PartitionLog, now_ms
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.records import build_batch
+
+
+@pytest.fixture
+def plog(tmp_path):
+    cfg = BrokerConfig.from_mapping({}).topic_defaults()
+    cfg.update({"cleanup.policy": "compact", "segment.bytes": 1 << 20})
+    log = PartitionLog(tmp_path / "__consumer_offsets-0", "__consumer_offsets", 0, cfg)
+    log.open(clean_shutdown=False, recovery_point=0)
+    return log
+
+
+def make_runtime(plog, config=GroupConfig(initial_rebalance_delay_ms=0)):
+    return ShardRuntime(0, plog, lambda p, timer: GroupCoordinatorShard(p, config, now_ms, timer))
+
+
+def append(plog, records):
+    pairs = [(encode_key(k), encode_value(v)) for k, v in records]
+    plog.append_batch_unchecked(build_batch(pairs, timestamp=now_ms()))
+
+
+def test_loads_partitions_with_batches_and_records_larger_than_any_buffer(plog):
+    # 2,000 commits with 1 KB metadata each in ONE batch (about 2.1 MB), plus a group whose
+    # metadata record alone is 6 MB: Kafka's fixed 5 MB offsets.load.buffer.size chokes on both.
+    append(plog, [(OffsetCommitKey("big", "t", p), OffsetCommitValue(p, "m" * 1024, 1)) for p in range(2000)])
+    member = MemberMetadata("m1", "c", "/h", 10000, 30000, b"s", b"A" * (6 << 20))
+    append(plog, [(GroupMetadataKey("huge"), GroupMetadataValue("consumer", 3, "range", "m1", 1, [member]))])
+    for i in range(20_000):  # and a long tail of small batches
+        if i % 1000 == 0:
+            append(plog, [(OffsetCommitKey("tail", "t", j % 7), OffsetCommitValue(i + j, "", 1)) for j in range(1000)])
+
+    async def run():
+        rt = make_runtime(plog)
+        rt.start_loading()
+        with pytest.raises(KafkaError) as e:
+            rt.check_available()
+        assert e.value.code == ErrorCode.coordinator_load_in_progress
+        await rt.wait_loaded()
+        assert rt.state is ShardState.ACTIVE
+        shard = rt.shard
+        assert len(shard.offsets_mgr.offsets["big"]) == 2000
+        assert shard.offsets_mgr.offsets["big"][("t", 1999)].metadata == "m" * 1024
+        assert shard.groups["huge"].members["m1"].assignment == b"A" * (6 << 20)
+        assert shard.groups["huge"].state.value == "Stable"
+        rt.unload()
+
+    asyncio.run(run())
+
+
+def test_writes_are_answered_after_the_records_are_in_the_log(plog):
+    async def run():
+        rt = make_runtime(plog)
+        rt.start_loading()
+        await rt.wait_loaded()
+        before = plog.log_end_offset
+        req = CommitRequest("g", -1, "", None, [CommitPartition("t", 0, 99, -1, "")])
+        errors = await resolve(rt.execute(lambda s: s.commit_offsets(req)))
+        assert errors == {("t", 0): ErrorCode.none}
+        assert plog.log_end_offset == before + 1
+        rt.unload()
+        # a fresh runtime reads the commit back from the log
+        rt2 = make_runtime(plog)
+        rt2.start_loading()
+        await rt2.wait_loaded()
+        assert rt2.shard.offsets_mgr.offsets["g"][("t", 0)].offset == 99
+
+    asyncio.run(run())
+
+
+def test_unloading_fails_waiting_members_with_not_coordinator(plog):
+    async def run():
+        rt = make_runtime(plog, GroupConfig(initial_rebalance_delay_ms=60_000))
+        rt.start_loading()
+        await rt.wait_loaded()
+        join = JoinRequest("g", "", None, 10_000, 30_000, "consumer", [("range", b"")], "c", "/h", False)
+        pending = rt.execute(lambda s: s.join_group(join))  # waits for the initial delay
+        waiter = asyncio.ensure_future(resolve(pending))
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        rt.unload()
+        result = await asyncio.wait_for(waiter, 1)
+        assert result.error == ErrorCode.not_coordinator
+        with pytest.raises(KafkaError) as e:
+            rt.check_available()
+        assert e.value.code == ErrorCode.not_coordinator
+
+    asyncio.run(run())
+
+
+def test_a_failed_append_reloads_the_shard_from_the_log(plog):
+    async def run():
+        rt = make_runtime(plog)
+        rt.start_loading()
+        await rt.wait_loaded()
+        ok = CommitRequest("g", -1, "", None, [CommitPartition("t", 0, 1, -1, "")])
+        await resolve(rt.execute(lambda s: s.commit_offsets(ok)))
+
+        def broken(_batch):
+            raise OSError("disk full")
+
+        plog.append_batch_unchecked, original = broken, plog.append_batch_unchecked
+        bad = CommitRequest("g", -1, "", None, [CommitPartition("t", 0, 2, -1, "")])
+        with pytest.raises(KafkaError) as e:
+            rt.execute(lambda s: s.commit_offsets(bad))
+        assert e.value.code == ErrorCode.not_coordinator
+        plog.append_batch_unchecked = original
+        await rt.wait_loaded()
+        assert rt.shard.offsets_mgr.offsets["g"][("t", 0)].offset == 1  # state = what the log holds
+
+    asyncio.run(run())
