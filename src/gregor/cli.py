@@ -26,7 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                        help="set a config key (Kafka's names), may be repeated")
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument("--event-loop", default=_default_loop(), choices=["asyncio", "uvloop"],
+                       help="event loop implementation (default: uvloop when installed)")
     return parser
+
+
+def _default_loop() -> str:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,4 +84,8 @@ def serve(args: argparse.Namespace) -> int:
         await broker.stop()
         return 0
 
+    if args.event_loop == "uvloop":
+        import uvloop
+
+        uvloop.install()
     return asyncio.run(run())

@@ -49,7 +49,8 @@ def test_commits_are_kafka_records_in_the_groups_partition(broker):
 
 def test_internal_topic_is_flagged_and_protected(broker):
     w = Wire(broker.bootstrap)
-    md = w.call(3, 12, {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    md = w.call(3, 12, {"topics": None, "allow_auto_topic_creation": False,
+                        "include_topic_authorized_operations": False})
     internal = {t.name: t.is_internal for t in md.topics}
     assert internal["__consumer_offsets"] is True
     from gregor.protocol.records import build_batch

@@ -207,7 +207,9 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
     args = typing.get_args(tp)
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         inner = [a for a in args if a is not type(None)]
-        return _converter(inner[0]) if len(inner) == 1 else _identity
+        if len(inner) != 1 or (isinstance(inner[0], type) and issubclass(inner[0], str | bytes)):
+            return _identity  # nullable: None stays None
+        return _converter(inner[0])
     if origin is tuple:
         return _tuple_of(_converter(args[0]))
     if isinstance(tp, type):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gregor.protocol import codec
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.encoder import encode
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.framing import FrameDecoder, FrameError
 from gregor.server.dispatcher import REGISTRY, RequestContext
@@ -53,11 +54,11 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # asyncio's or uvloop's TCP transport
+        assert self.transport is not None
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        self.transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         self.broker.connections.add(self)
         self._worker = asyncio.get_running_loop().create_task(self._run())
 
@@ -165,8 +166,7 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(result, list):
             size = len(head) + sum(len(b) for b in result)
             return [size.to_bytes(4, "big") + head, *result]
-        body = result if isinstance(result, bytes) else codec.encode_body(
-            codec.build_response(api_key, version, result))
+        body = result if isinstance(result, bytes) else encode(codec.response_schema(api_key, version), result)
         return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
 
     def _unsupported_version(self, api_key: int, version: int, corr: int) -> list[bytes]:
@@ -175,16 +175,15 @@ class KafkaConnection(asyncio.Protocol):
             # that the client can retry with one it has in common.
             from gregor.apis.api_versions import api_versions_body
 
-            body = codec.encode_body(codec.build_response(
-                api_key, API_VERSIONS_V0_UNSUPPORTED,
-                api_versions_body(ErrorCode.unsupported_version)))
+            body = encode(codec.response_schema(api_key, API_VERSIONS_V0_UNSUPPORTED),
+                          api_versions_body(ErrorCode.unsupported_version))
             return [(4 + len(body)).to_bytes(4, "big") + corr.to_bytes(4, "big", signed=True) + body]
         result = self._error_body(api_key, version, ErrorCode.unsupported_version)
         if result is None:
             log.warning("closing connection from %s: %s v%d is not supported", self.peer,
                         ApiKey(api_key).name, version)
             raise CloseConnection
-        body = codec.encode_body(codec.build_response(api_key, version, result))
+        body = encode(codec.response_schema(api_key, version), result)
         head = codec.response_header(api_key, version, corr)
         return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
 

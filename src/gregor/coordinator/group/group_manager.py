@@ -289,16 +289,19 @@ class GroupManager:
 
     def _schedule_initial_join(self, group: ClassicGroup, delay: int, remaining: int) -> None:
         """Kafka's InitialDelayedJoin: wait ``delay``; while new members keep arriving, wait again
-        (up to the rebalance timeout) so that a starting group rebalances once, not per member."""
+        (up to the rebalance timeout) so that a starting group rebalances once, not per member.
+        Gregor also waits for members that were just handed a member id (MEMBER_ID_REQUIRED) and
+        are on their way back: with a zero delay, Kafka completes the first generation with
+        whoever happened to be there and rebalances again for each latecomer."""
         group_id = group.group_id
 
         def expire() -> CoordinatorResult[None]:
             g = self.groups.get(group_id)
             if g is None or not g.is_in(S.PREPARING_REBALANCE):
                 return CoordinatorResult()
-            if g.new_member_added and remaining > 0:
+            if (g.new_member_added or g.pending_members) and remaining > 0:
                 g.new_member_added = False
-                step = min(delay, remaining)
+                step = max(min(delay, remaining), 1)
                 self._schedule_initial_join(g, step, remaining - step)
                 return CoordinatorResult()
             return CoordinatorResult(self._complete_join(g))
@@ -329,9 +332,6 @@ class GroupManager:
                          group.group_id)
                 self.ctx.timer.cancel(heartbeat_key(group.group_id, member.member_id))
                 group.remove(member.member_id)
-        for pending in list(group.pending_members):
-            self.ctx.timer.cancel(pending_key(group.group_id, pending))
-        group.pending_members.clear()
         if group.is_in(S.DEAD):
             return []
         if group.members and all(m.awaiting_join is None for m in group.members.values()):

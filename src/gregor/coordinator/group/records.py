@@ -133,16 +133,17 @@ class _Writer:
 
 
 def encode_key(key: Key) -> bytes:
-    w = _Writer()
     if isinstance(key, OffsetCommitKey):
-        w.i16(OFFSET_COMMIT_KEY_VERSION)
-        w.string(key.group)
-        w.string(key.topic)
-        w.i32(key.partition)
-    else:
-        w.i16(GROUP_METADATA_KEY_VERSION)
-        w.string(key.group)
-    return bytes(w.out)
+        g, t = key.group.encode(), key.topic.encode()
+        return b"".join((_H.pack(OFFSET_COMMIT_KEY_VERSION), _H.pack(len(g)), g, _H.pack(len(t)), t,
+                         _I.pack(key.partition)))
+    g = key.group.encode()
+    return _H.pack(GROUP_METADATA_KEY_VERSION) + _H.pack(len(g)) + g
+
+
+_H = struct.Struct(">h")
+_I = struct.Struct(">i")
+_OFFSET_V3_HEAD = struct.Struct(">hqih")
 
 
 def encode_value(value: Value | None, version: int | None = None) -> bytes | None:
@@ -152,6 +153,10 @@ def encode_value(value: Value | None, version: int | None = None) -> bytes | Non
         if version is None:
             version = (OFFSET_COMMIT_VALUE_WITH_EXPIRY_VERSION if value.expire_timestamp >= 0
                        else OFFSET_COMMIT_VALUE_VERSION)
+        if version == OFFSET_COMMIT_VALUE_VERSION:  # the common case, packed in one go
+            meta = value.metadata.encode()
+            return (_OFFSET_V3_HEAD.pack(3, value.offset, value.leader_epoch, len(meta)) + meta
+                    + struct.pack(">q", value.commit_timestamp))
         w = _Writer(flexible=version >= 4)
         w.i16(version)
         w.i64(value.offset)

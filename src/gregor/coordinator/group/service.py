@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,11 @@ log = logging.getLogger("gregor.coordinator")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 RELOAD_BACKOFF_S = 5.0
+
+
+@functools.lru_cache(maxsize=65536)
+def _cached_partition_for(group_id: str, partitions: int) -> int:
+    return partition_for(group_id, partitions)
 
 
 def group_config(config: Any) -> GroupConfig:
@@ -120,7 +126,7 @@ class GroupCoordinatorService:
 
     # -- routing -----------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+        return _cached_partition_for(group_id, self.num_partitions)
 
     def runtime_for(self, group_id: str) -> ShardRuntime:
         runtime = self.runtimes.get(self.partition_for(group_id))

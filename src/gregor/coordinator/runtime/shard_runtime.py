@@ -30,7 +30,7 @@ from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
 from gregor.coordinator.runtime.timer import EventLoopTimer, Timer
 from gregor.log.partition_log import PartitionLog
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.protocol.records import build_batch, decode_records, iter_batches
+from gregor.protocol.records import build_batch, iter_batches, iter_key_values
 
 log = logging.getLogger("gregor.coordinator")
 
@@ -70,9 +70,13 @@ class ShardRuntime:
         return self._load_task
 
     async def _load(self) -> None:
+        """Replay = apply the newest value of every key, in log order. Records are first reduced
+        to the last value per key (what compaction would keep), then decoded and replayed once
+        each: a partition of a million commits to a few thousand keys decodes a few thousand."""
         assert self.shard is not None
         started = time.perf_counter()
         count = 0
+        latest: dict[bytes, bytes | None] = {}
         try:
             offset = self.plog.log_start_offset
             end = self.plog.log_end_offset
@@ -84,11 +88,17 @@ class ShardRuntime:
                     if h.next_offset <= offset:
                         continue
                     if not h.is_control:
-                        count += self._replay_batch(data, h, offset)
+                        for key, value in iter_key_values(data, h):
+                            if key is not None:
+                                latest.pop(key, None)  # keep log order of the newest write
+                                latest[key] = value
+                                count += 1
                     offset = h.next_offset
                 await asyncio.sleep(0)  # let the broker serve others between reads
                 if self.state is not ShardState.LOADING:
                     return  # unloaded meanwhile
+            for key_bytes, value_bytes in latest.items():
+                self._replay_raw(key_bytes, value_bytes)
             seconds = time.perf_counter() - started
             self.load_stats = (count, seconds)
             self.state = ShardState.ACTIVE
@@ -102,22 +112,16 @@ class ShardRuntime:
             log.exception("Loading __consumer_offsets-%d failed; its groups answer COORDINATOR_NOT_AVAILABLE "
                           "until it is reloaded", self.partition)
 
-    def _replay_batch(self, data: bytes, h: Any, start_offset: int) -> int:
+    def _replay_raw(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
         assert self.shard is not None
-        n = 0
-        for rec in decode_records(data, h):
-            if rec.offset < start_offset or rec.key is None:
-                continue
-            try:
-                key = decode_key(rec.key)
-                value = decode_value(key, rec.value)
-            except RecordFormatError as e:
-                log.warning("__consumer_offsets-%d offset %d: skipping undecodable record (%s)", self.partition,
-                            rec.offset, e)
-                continue
-            self.shard.replay(key, value)
-            n += 1
-        return n
+        try:
+            key = decode_key(key_bytes)
+            value = decode_value(key, value_bytes)
+        except RecordFormatError as e:
+            log.warning("__consumer_offsets-%d: skipping undecodable record with key %r (%s)", self.partition,
+                        key_bytes[:64], e)
+            return
+        self.shard.replay(key, value)
 
     async def wait_loaded(self) -> None:
         if self._load_task is not None:
