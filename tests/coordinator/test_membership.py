@@ -274,3 +274,17 @@ def test_loaded_group_is_stable_with_members_and_expires_them():
     assert ctx.heartbeat("g", gen, ids[0]) == E.none
     ctx.sleep(10_001)  # ids[1] never heartbeats after the load
     assert ids[1] not in shard.groups["g"].members
+
+
+def test_zero_initial_delay_still_waits_for_members_with_fresh_ids():
+    """With group.initial.rebalance.delay.ms=0 the first generation still holds every member that
+    was just handed an id, even when the delay timer fires between their joins."""
+    ctx = ShardContext()
+    ids = [ctx.join().member_id for _ in range(5)]
+    pending = []
+    for m in ids:
+        pending.append(ctx.join(member_id=m))
+        ctx.sleep(1)  # timers fire between joins
+    gens = {d.result().generation_id for d in pending}
+    assert gens == {1}
+    assert len(next(d.result() for d in pending if d.result().members).members) == 5

@@ -132,3 +132,31 @@ def test_a_failed_append_reloads_the_shard_from_the_log(plog):
         assert rt.shard.offsets_mgr.offsets["g"][("t", 0)].offset == 1  # state = what the log holds
 
     asyncio.run(run())
+
+
+def test_a_partition_that_fails_to_load_is_reported_and_retried(plog):
+    """Failure mode: a group's coordinator partition cannot be served. The shard says why, and
+    a reload brings it back, instead of leaving consumers looping without explanation."""
+    append(plog, [(OffsetCommitKey("g", "t", 0), OffsetCommitValue(5, "", 1))])
+
+    async def run():
+        original = plog.read
+
+        def failing_read(*a, **kw):
+            raise OSError("I/O error reading segment")
+
+        plog.read = failing_read
+        rt = make_runtime(plog)
+        rt.start_loading()
+        await rt.wait_loaded()
+        assert rt.state is ShardState.FAILED
+        with pytest.raises(KafkaError) as e:
+            rt.check_available()
+        assert e.value.code == ErrorCode.coordinator_not_available
+        assert "__consumer_offsets-0 failed to load" in e.value.message and "I/O error" in e.value.message
+        plog.read = original
+        rt.reload()
+        await rt.wait_loaded()
+        assert rt.state is ShardState.ACTIVE and rt.shard.offsets_mgr.offsets["g"][("t", 0)].offset == 5
+
+    asyncio.run(run())

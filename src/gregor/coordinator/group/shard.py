@@ -170,6 +170,10 @@ class GroupCoordinatorShard:
         self.groups[key.group] = group
 
     def on_loaded(self) -> None:
+        # a group that has offsets but no group metadata exists, Empty (Kafka's loader does the same)
+        for group_id in self.offsets_mgr.offsets:
+            if group_id not in self.groups:
+                self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=-1)
         self.loading = False
         self.groups_mgr.on_loaded()
         self._schedule_expiry()
