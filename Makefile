@@ -41,6 +41,7 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/produce_fetch.py $(BENCH_ARGS)
+	$(BIN)/python bench/coordinator.py
 
 clean:
 	rm -rf $(VENV) gregor-data .pytest_cache .mypy_cache .ruff_cache
