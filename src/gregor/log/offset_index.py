@@ -8,22 +8,26 @@ is flushed, rolled or closed; an index carries no checksum, so recovery rebuilds
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from array import array
 from pathlib import Path
 
+from gregor.log.index_file import IndexFile
+
 _ENTRY = struct.Struct(">ii")
-ENTRY_SIZE = 8
 
 
-class OffsetIndex:
+class OffsetIndex(IndexFile):
+    ENTRY = _ENTRY
+
     def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = path
+        super().__init__(path)
         self.base_offset = base_offset
         self.rel_offsets = array("i")
         self.positions = array("i")
-        self._written = 0  # entries already on disk
+
+    def columns(self) -> tuple[array, array]:
+        return self.rel_offsets, self.positions
 
     def __len__(self) -> int:
         return len(self.rel_offsets)
@@ -46,46 +50,22 @@ class OffsetIndex:
         i = bisect.bisect_left(self.positions, position)
         del self.rel_offsets[i:]
         del self.positions[i:]
-        self._written = min(self._written, i)
         self.write(full=True)
-
-    def write(self, full: bool = False) -> None:
-        if full:
-            self._written = 0
-        if self._written == len(self.rel_offsets) and not full:
-            return
-        mode = "r+b" if self.path.exists() and not full else "wb"
-        with open(self.path, mode) as f:
-            f.seek(self._written * ENTRY_SIZE)
-            out = bytearray()
-            for i in range(self._written, len(self.rel_offsets)):
-                out += _ENTRY.pack(self.rel_offsets[i], self.positions[i])
-            f.write(out)
-            f.truncate()
-        self._written = len(self.rel_offsets)
 
     def load(self, segment_size: int) -> bool:
         """Read the index file; False if it is missing or inconsistent with the segment."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return False
-        if len(data) % ENTRY_SIZE:
+        entries = self.read_entries()
+        if entries is None:
             return False
         rel = array("i")
         pos = array("i")
         last_rel, last_pos = -1, -1
-        for r, p in _ENTRY.iter_unpack(data):
+        for r, p in entries:
             if r <= last_rel or p <= last_pos or p >= segment_size:
                 return False
             rel.append(r)
             pos.append(p)
             last_rel, last_pos = r, p
-        self.rel_offsets, self.positions, self._written = rel, pos, len(rel)
+        self.rel_offsets, self.positions = rel, pos
+        self.loaded(len(rel))
         return True
-
-    def delete(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass

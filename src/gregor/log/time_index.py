@@ -5,22 +5,26 @@ an offset-index point, so timestamps in the index only grow."""
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from array import array
 from pathlib import Path
 
+from gregor.log.index_file import IndexFile
+
 _ENTRY = struct.Struct(">qi")
-ENTRY_SIZE = 12
 
 
-class TimeIndex:
+class TimeIndex(IndexFile):
+    ENTRY = _ENTRY
+
     def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = path
+        super().__init__(path)
         self.base_offset = base_offset
         self.timestamps = array("q")
         self.rel_offsets = array("i")
-        self._written = 0
+
+    def columns(self) -> tuple[array, array]:
+        return self.timestamps, self.rel_offsets
 
     def __len__(self) -> int:
         return len(self.timestamps)
@@ -44,40 +48,17 @@ class TimeIndex:
         del self.rel_offsets[i:]
         self.write(full=True)
 
-    def write(self, full: bool = False) -> None:
-        if full:
-            self._written = 0
-        if self._written == len(self.timestamps) and not full:
-            return
-        mode = "r+b" if self.path.exists() and not full else "wb"
-        with open(self.path, mode) as f:
-            f.seek(self._written * ENTRY_SIZE)
-            out = bytearray()
-            for i in range(self._written, len(self.timestamps)):
-                out += _ENTRY.pack(self.timestamps[i], self.rel_offsets[i])
-            f.write(out)
-            f.truncate()
-        self._written = len(self.timestamps)
-
     def load(self) -> bool:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return False
-        if len(data) % ENTRY_SIZE:
+        entries = self.read_entries()
+        if entries is None:
             return False
         ts = array("q")
         rel = array("i")
-        for t, r in _ENTRY.iter_unpack(data):
+        for t, r in entries:
             if (ts and t <= ts[-1]) or (rel and r < rel[-1]):
                 return False
             ts.append(t)
             rel.append(r)
-        self.timestamps, self.rel_offsets, self._written = ts, rel, len(ts)
+        self.timestamps, self.rel_offsets = ts, rel
+        self.loaded(len(ts))
         return True
-
-    def delete(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
