@@ -40,7 +40,7 @@ class Broker:
         self.on_topic_created: list[Callable[[Topic], None]] = []
         from gregor.coordinator.group.service import GroupCoordinatorService
 
-        self.coordinator = GroupCoordinatorService(self)
+        self.coordinator = GroupCoordinatorService(config, self.topics, self.logs, self.create_topic)
         load_all_apis()
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gregor.log.checkpoint import write_atomically
+from gregor.atomic_file import write_atomically
 
 BLOCK = 1000
 

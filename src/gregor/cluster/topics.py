@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gregor.log.checkpoint import write_atomically
+from gregor.atomic_file import write_atomically
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 MAX_NAME_LENGTH = 249

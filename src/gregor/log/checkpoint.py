@@ -5,13 +5,14 @@
     orders 0 1234     <- topic partition offset
     orders 1 998
 
-Written atomically: temporary file, fsync, rename, fsync of the directory.
+Written atomically (``gregor.atomic_file``).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from gregor.atomic_file import write_atomically
 
 
 def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
@@ -34,17 +35,3 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     if len(out) != count:
         raise ValueError(f"{path}: expected {count} entries, found {len(out)}")
     return out
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -21,7 +21,7 @@ from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.encoder import encode
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.framing import FrameDecoder, FrameError
-from gregor.server.dispatcher import REGISTRY, RequestContext
+from gregor.server.dispatcher import REGISTRY, RequestContext, api_versions_body
 
 if TYPE_CHECKING:
     from gregor.broker import Broker
@@ -173,8 +173,6 @@ class KafkaConnection(asyncio.Protocol):
         if api_key == ApiKey.API_VERSIONS:
             # Kafka answers with a v0 response carrying UNSUPPORTED_VERSION and its versions, so
             # that the client can retry with one it has in common.
-            from gregor.apis.api_versions import api_versions_body
-
             body = encode(codec.response_schema(api_key, API_VERSIONS_V0_UNSUPPORTED),
                           api_versions_body(ErrorCode.unsupported_version))
             return [(4 + len(body)).to_bytes(4, "big") + corr.to_bytes(4, "big", signed=True) + body]

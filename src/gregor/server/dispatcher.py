@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from gregor.broker import Broker
@@ -53,6 +54,18 @@ def handles(api_key: ApiKey, min_version: int, max_version: int) -> Callable[[Ha
         return fn
 
     return register
+
+
+def api_versions_body(error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+    """The ApiVersions answer: exactly what the dispatch table holds."""
+    return {
+        "error_code": error,
+        "api_keys": [
+            {"api_key": r.api_key, "min_version": r.min_version, "max_version": r.max_version}
+            for r in sorted(REGISTRY.values(), key=lambda r: r.api_key)
+        ],
+        "throttle_time": 0,
+    }
 
 
 def load_all_apis() -> dict[int, Registration]:

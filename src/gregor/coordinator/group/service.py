@@ -14,17 +14,16 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gregor.cluster.topics import TopicRegistry
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.partitioner import partition_for
 from gregor.coordinator.group.shard import GroupCoordinatorShard
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.coordinator.runtime.timer import Timer
+from gregor.log.log_manager import LogManager
 from gregor.protocol.errors import ErrorCode, KafkaError
-
-if TYPE_CHECKING:
-    from gregor.broker import Broker
 
 log = logging.getLogger("gregor.coordinator")
 
@@ -50,23 +49,30 @@ def group_config(config: Any) -> GroupConfig:
 
 
 class GroupCoordinatorService:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.config = group_config(broker.config)
+    """``create_topic(name, partitions, configs, internal=True)`` creates ``__consumer_offsets``
+    the way the admin API creates topics."""
+
+    def __init__(self, config: Any, topics: TopicRegistry, logs: LogManager,
+                 create_topic: Callable[..., Any]) -> None:
+        self.broker_config = config
+        self.topics = topics
+        self.logs = logs
+        self.create_topic = create_topic
+        self.config = group_config(config)
         self.runtimes: dict[int, ShardRuntime] = {}
-        self.num_partitions = broker.config["offsets.topic.num.partitions"]
+        self.num_partitions = config["offsets.topic.num.partitions"]
         self._watchdog: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def ensure_topic(self) -> None:
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        wanted = self.broker.config["offsets.topic.num.partitions"]
+        topic = self.topics.get(OFFSETS_TOPIC)
+        wanted = self.broker_config["offsets.topic.num.partitions"]
         if topic is None:
-            self.broker.create_topic(OFFSETS_TOPIC, wanted, {
+            self.create_topic(OFFSETS_TOPIC, wanted, {
                 "cleanup.policy": "compact",
-                "segment.bytes": str(self.broker.config["offsets.topic.segment.bytes"]),
+                "segment.bytes": str(self.broker_config["offsets.topic.segment.bytes"]),
             }, internal=True)
-            topic = self.broker.topics.get(OFFSETS_TOPIC)
+            topic = self.topics.get(OFFSETS_TOPIC)
         assert topic is not None
         if topic.partitions != wanted:
             log.warning("%s has %d partitions but offsets.topic.num.partitions=%d; the topic's count is used, "
@@ -81,11 +87,11 @@ class GroupCoordinatorService:
 
     def load(self, partition: int) -> ShardRuntime:
         """Become coordinator of one partition (on one node: of all of them)."""
-        plog = self.broker.logs.get(OFFSETS_TOPIC, partition)
+        plog = self.logs.get(OFFSETS_TOPIC, partition)
         assert plog is not None
-        notify = self.broker.logs.notifier.notify
+        notify = self.logs.notifier.notify
         runtime = ShardRuntime(partition, plog, self._make_shard,
-                               codec=self.broker.config["offsets.topic.compression.codec"],
+                               codec=self.broker_config["offsets.topic.compression.codec"],
                                on_append=lambda: notify((OFFSETS_TOPIC, partition)))
         self.runtimes[partition] = runtime
         runtime.start_loading()
@@ -102,7 +108,7 @@ class GroupCoordinatorService:
         return GroupCoordinatorShard(partition, self.config, now_ms, timer, topic_exists=self._topic_exists)
 
     def _topic_exists(self, topic: str, partition: int) -> bool:
-        t = self.broker.topics.get(topic)
+        t = self.topics.get(topic)
         return t is not None and 0 <= partition < t.partitions
 
     async def wait_loaded(self) -> None:
