@@ -1,7 +1,10 @@
-"""Command line: ``gregor serve [server.properties] [--override key=value ...]``.
+"""Command line.
 
-Exit codes: 0 after a clean stop (SIGTERM/SIGINT), 2 for bad arguments or configuration
-(the message names the key), 1 for a failure while running.
+- ``gregor serve [server.properties] [--override key=value ...]``: the broker. Exit codes: 0 after
+  a clean stop (SIGTERM/SIGINT), 2 for bad arguments or configuration (the message names the key),
+  1 for a failure while running.
+- ``gregor groups ...`` and ``gregor topics ...``: operator tools over the Kafka protocol (they
+  work against any Kafka-compatible cluster). Exit code 1 with a message on failure.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import sys
 from pathlib import Path
 
 from gregor import __version__
+from gregor.admin import groups_cli, topics_cli
+from gregor.admin.client import AdminError
 from gregor.config import ConfigError
 
 
@@ -28,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.add_argument("--event-loop", default=_default_loop(), choices=["asyncio", "uvloop"],
                        help="event loop implementation (default: uvloop when installed)")
+    groups_cli.add_parser(sub)
+    topics_cli.add_parser(sub)
     return parser
 
 
@@ -43,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
-    return 2
+    tool = {"groups": groups_cli, "topics": topics_cli}[args.command]
+    try:
+        return tool.run(args)
+    except AdminError as e:
+        print(f"gregor {args.command}: {e}", file=sys.stderr)
+        return 1
 
 
 def serve(args: argparse.Namespace) -> int:

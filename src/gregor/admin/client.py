@@ -1,0 +1,166 @@
+"""A blocking Kafka admin client: bootstrap, ApiVersions negotiation, routing to the group
+coordinator. Requests are encoded with Gregor's schema-driven encoder and responses decoded with
+kio, so every API and version Kafka defines is available."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from gregor.protocol import codec, encoder
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+
+# highest version of each API this client speaks (the broker may offer fewer)
+PREFERRED = {
+    ApiKey.METADATA: 12, ApiKey.FIND_COORDINATOR: 3, ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 4,
+    ApiKey.OFFSET_FETCH: 7, ApiKey.OFFSET_COMMIT: 8, ApiKey.LIST_OFFSETS: 7, ApiKey.DELETE_GROUPS: 2,
+    ApiKey.OFFSET_DELETE: 0, ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 5, ApiKey.DESCRIBE_CONFIGS: 4,
+}
+
+
+class AdminError(Exception):
+    """A failure to show the operator: names the API and Kafka's error."""
+
+
+@dataclass
+class Node:
+    node_id: int
+    host: str
+    port: int
+
+
+class Connection:
+    def __init__(self, host: str, port: int, timeout: float, client_id: bytes) -> None:
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise AdminError(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
+        self.client_id = client_id
+        self.corr = 0
+        self.versions: dict[int, tuple[int, int]] = {}
+        resp = self._call(ApiKey.API_VERSIONS, 0, {})
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    def version_for(self, api_key: int) -> int:
+        lo, hi = self.versions.get(api_key, (-1, -1))
+        v = min(hi, PREFERRED.get(api_key, hi))  # type: ignore[call-overload]
+        if v < lo or v < 0:
+            raise AdminError(f"the broker does not serve {ApiKey(api_key).name}")
+        return v
+
+    def call(self, api_key: int, body: dict[str, Any]) -> Any:
+        return self._call(api_key, self.version_for(api_key), body)
+
+    def _call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        self.corr += 1
+        header = struct.pack(">hhih", api_key, version, self.corr, len(self.client_id)) + self.client_id
+        if codec.is_flexible(api_key, version):
+            header += b"\x00"
+        payload = header + encoder.encode(codec.request_schema(api_key, version), body)
+        try:
+            self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+            size = struct.unpack(">i", self._read(4))[0]
+            frame = self._read(size)
+        except OSError as e:
+            raise AdminError(f"{ApiKey(api_key).name}: connection failed: {e}") from None
+        flexible = api_key != ApiKey.API_VERSIONS and codec.response_schema(api_key, version).__flexible__
+        return codec.decode_response(api_key, version, frame[5 if flexible else 4 :])
+
+    def _read(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise OSError("connection closed by the broker")
+            buf += chunk
+        return bytes(buf)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class AdminClient:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "gregor-cli") -> None:
+        self.timeout = timeout
+        self.client_id = client_id.encode()
+        self._conns: dict[tuple[str, int], Connection] = {}
+        host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise AdminError(f"--bootstrap-server {bootstrap!r}: expected host:port")
+        self.bootstrap = (host, int(port))
+
+    def conn(self, node: Node | None = None) -> Connection:
+        key = (node.host, node.port) if node else self.bootstrap
+        c = self._conns.get(key)
+        if c is None:
+            c = self._conns[key] = Connection(key[0], key[1], self.timeout, self.client_id)
+        return c
+
+    def close(self) -> None:
+        for c in self._conns.values():
+            c.close()
+        self._conns.clear()
+
+    # -- metadata ----------------------------------------------------------------------------
+    def metadata(self, topics: list[str] | None = None) -> Any:
+        body: dict[str, Any] = {"topics": None if topics is None else [{"name": t} for t in topics],
+                                "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+        return self.conn().call(ApiKey.METADATA, body)
+
+    def nodes(self) -> dict[int, Node]:
+        return {b.node_id: Node(b.node_id, b.host, b.port) for b in self.metadata([]).brokers}
+
+    def leader_of(self, topic: str, partition: int) -> Node | None:
+        md = self.metadata([topic])
+        nodes = {b.node_id: Node(b.node_id, b.host, b.port) for b in md.brokers}
+        for t in md.topics:
+            for p in t.partitions:
+                if p.partition_index == partition:
+                    return nodes.get(p.leader_id)
+        return None
+
+    def find_coordinator(self, group: str) -> tuple[Node | None, ErrorCode, str | None]:
+        r = self.conn().call(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
+        if hasattr(r, "coordinators"):
+            r = r.coordinators[0]
+        code = ErrorCode(r.error_code)
+        if code:
+            return None, code, r.error_message
+        return Node(r.node_id, r.host, r.port), code, None
+
+    def coordinator_conn(self, group: str) -> Connection:
+        node, code, message = self.find_coordinator(group)
+        if node is None:
+            raise AdminError(f"no coordinator for group {group!r}: {code.name.upper()}"
+                             + (f" ({message})" if message else ""))
+        return self.conn(node)
+
+    # -- offsets -----------------------------------------------------------------------------
+    def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
+        """Offsets at ``timestamp`` (-1 latest, -2 earliest) from each partition's leader."""
+        out: dict[tuple[str, int], int] = {}
+        by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
+        md = self.metadata(sorted({t for t, _ in partitions}))
+        nodes = {b.node_id: Node(b.node_id, b.host, b.port) for b in md.brokers}
+        leaders = {(t.name, p.partition_index): nodes.get(p.leader_id) for t in md.topics for p in t.partitions}
+        for tp in partitions:
+            node = leaders.get(tp)
+            if node is None:
+                out[tp] = -1
+                continue
+            by_leader.setdefault((node.host, node.port), []).append(tp)
+        for (host, port), tps in by_leader.items():
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for t, p in tps:
+                topics.setdefault(t, []).append({"partition_index": p, "current_leader_epoch": -1,
+                                                 "timestamp": timestamp})
+            r = self.conn(Node(-1, host, port)).call(ApiKey.LIST_OFFSETS, {
+                "replica_id": -1, "isolation_level": 0,
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            for t in r.topics:
+                for p in t.partitions:
+                    out[(t.name, p.partition_index)] = p.offset if not p.error_code else -1
+        return out

@@ -1,0 +1,28 @@
+"""The consumer protocol's member metadata and assignment (ConsumerProtocolSubscription /
+ConsumerProtocolAssignment, non-flexible versions 0-3): version, topics, user data."""
+
+from __future__ import annotations
+
+import struct
+
+
+def decode_assignment(data: bytes) -> list[tuple[str, list[int]]]:
+    """[(topic, [partitions])] of a member's assignment; [] when it is not consumer protocol."""
+    try:
+        pos = 2
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out = []
+        for _ in range(max(n, 0)):
+            (ln,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            topic = data[pos : pos + ln].decode()
+            pos += ln
+            (m,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            parts = list(struct.unpack_from(f">{max(m, 0)}i", data, pos))
+            pos += 4 * max(m, 0)
+            out.append((topic, parts))
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return []

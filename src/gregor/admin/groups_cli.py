@@ -1,0 +1,278 @@
+"""``gregor groups``: list, describe (members, assignment, committed offsets, lag), reset-offsets,
+delete, delete-offsets, coordinator. Shaped like kafka-consumer-groups.sh; tables by default,
+``--json`` for scripts."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from typing import Any
+
+from gregor.admin.client import AdminClient, AdminError
+from gregor.admin.consumer_protocol import decode_assignment
+from gregor.admin.output import emit
+from gregor.coordinator.group.partitioner import java_string_hashcode, kafka_abs
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("groups", help="consumer groups (like kafka-consumer-groups.sh)")
+    p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    gs = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    lst = gs.add_parser("list", help="every group with its state")
+    lst.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    d = gs.add_parser("describe", help="members, assignment, committed offsets and lag")
+    d.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    d.add_argument("group")
+    r = gs.add_parser("reset-offsets", help="move committed offsets (group must be inactive)")
+    r.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    r.add_argument("group")
+    r.add_argument("--topic", required=True, action="append", help="topic or topic:0,1,2")
+    how = r.add_mutually_exclusive_group(required=True)
+    how.add_argument("--to-earliest", action="store_true")
+    how.add_argument("--to-latest", action="store_true")
+    how.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:MM:SS[.mmm][+HH:MM]")
+    how.add_argument("--to-offset", type=int)
+    how.add_argument("--shift-by", type=int)
+    mode = r.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="show the plan (the default)")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    dl = gs.add_parser("delete", help="delete an inactive group and its offsets")
+    dl.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    dl.add_argument("group")
+    do = gs.add_parser("delete-offsets", help="delete a group's offsets for a topic")
+    do.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    do.add_argument("group")
+    do.add_argument("--topic", required=True, action="append", help="topic or topic:0,1,2")
+    c = gs.add_parser("coordinator", help="where a group lives and whether it is served")
+    c.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    c.add_argument("group")
+
+
+def run(args: argparse.Namespace) -> int:
+    admin = AdminClient(args.bootstrap_server)
+    try:
+        return {"list": list_groups, "describe": describe, "reset-offsets": reset_offsets, "delete": delete,
+                "delete-offsets": delete_offsets, "coordinator": coordinator}[args.action](admin, args)
+    finally:
+        admin.close()
+
+
+def list_groups(admin: AdminClient, args: argparse.Namespace) -> int:
+    rows = []
+    for node in admin.nodes().values():
+        r = admin.conn(node).call(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
+        for g in r.groups:
+            rows.append({"group": g.group_id, "state": getattr(g, "group_state", ""), "protocol_type": g.protocol_type,
+                         "coordinator": node.node_id})
+    rows.sort(key=lambda r: r["group"])
+    emit(args, rows, ["group", "state", "protocol_type", "coordinator"])
+    return 0
+
+
+def _describe_group(admin: AdminClient, group: str) -> Any:
+    r = admin.coordinator_conn(group).call(ApiKey.DESCRIBE_GROUPS, {"groups": [group],
+                                                                    "include_authorized_operations": False})
+    g = r.groups[0]
+    if g.error_code:
+        raise AdminError(f"DescribeGroups {group}: {ErrorCode(g.error_code).name.upper()}")
+    return g
+
+
+def committed_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], tuple[int, str]]:
+    r = admin.coordinator_conn(group).call(ApiKey.OFFSET_FETCH, {"group_id": group, "topics": None,
+                                                                 "require_stable": False})
+    if getattr(r, "error_code", 0):
+        raise AdminError(f"OffsetFetch {group}: {ErrorCode(r.error_code).name.upper()}")
+    return {(t.name, p.partition_index): (p.committed_offset, p.metadata or "")
+            for t in r.topics for p in t.partitions if p.committed_offset >= 0}
+
+
+def describe(admin: AdminClient, args: argparse.Namespace) -> int:
+    g = _describe_group(admin, args.group)
+    owners: dict[tuple[str, int], Any] = {}
+    members = []
+    for m in g.members:
+        assigned = decode_assignment(m.member_assignment) if g.protocol_type == "consumer" else []
+        for topic, parts in assigned:
+            for p in parts:
+                owners[(topic, p)] = m
+        members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id, "host": m.client_host,
+                        "assignment": [f"{t}-{p}" for t, parts in assigned for p in parts]})
+    committed = committed_offsets(admin, args.group)
+    tps = sorted(set(committed) | set(owners))
+    ends = admin.list_offsets(tps, -1) if tps else {}
+    rows = []
+    for tp in tps:
+        off = committed.get(tp, (-1, ""))[0]
+        end = ends.get(tp, -1)
+        owner = owners.get(tp)
+        rows.append({"group": args.group, "topic": tp[0], "partition": tp[1],
+                     "current_offset": off if off >= 0 else None, "log_end_offset": end if end >= 0 else None,
+                     "lag": end - off if off >= 0 and end >= 0 else None,
+                     "consumer_id": owner.member_id if owner else None, "host": owner.client_host if owner else None,
+                     "client_id": owner.client_id if owner else None})
+    if args.json:
+        emit(args, {"group": args.group, "state": g.group_state, "protocol_type": g.protocol_type,
+                    "protocol": g.protocol_data, "members": members, "offsets": rows}, [])
+    else:
+        print(f"Group {args.group} is {g.group_state} ({len(g.members)} members, protocol "
+              f"{g.protocol_type or '-'}/{g.protocol_data or '-'})\n")
+        emit(args, rows, ["group", "topic", "partition", "current_offset", "log_end_offset", "lag", "consumer_id",
+                          "host", "client_id"])
+        if members:
+            print()
+            emit(args, members, ["member_id", "group_instance_id", "client_id", "host", "assignment"])
+    return 0
+
+
+def _parse_topics(specs: list[str], admin: AdminClient) -> list[tuple[str, int]]:
+    out = []
+    md = None
+    for spec in specs:
+        topic, _, parts = spec.partition(":")
+        if parts:
+            out += [(topic, int(p)) for p in parts.split(",")]
+            continue
+        md = md or admin.metadata()
+        found = [t for t in md.topics if t.name == topic]
+        if not found or found[0].error_code:
+            raise AdminError(f"topic {topic!r} does not exist")
+        out += [(topic, p.partition_index) for p in found[0].partitions]
+    return sorted(set(out))
+
+
+def _parse_datetime(value: str) -> int:
+    try:
+        dt = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        raise AdminError(f"--to-datetime {value!r}: expected ISO 8601, e.g. 2026-11-22T10:00:00+00:00") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=datetime.UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def reset_offsets(admin: AdminClient, args: argparse.Namespace) -> int:
+    g = _describe_group(admin, args.group)
+    if g.group_state not in ("Empty", "Dead") and args.execute:
+        raise AdminError(f"Assignments can only be reset if the group '{args.group}' is inactive, but the current "
+                         f"state is {g.group_state}.")
+    tps = _parse_topics(args.topic, admin)
+    earliest = admin.list_offsets(tps, -2)
+    latest = admin.list_offsets(tps, -1)
+    committed = committed_offsets(admin, args.group)
+    target: dict[tuple[str, int], int] = {}
+    if args.to_datetime:
+        at = admin.list_offsets(tps, _parse_datetime(args.to_datetime))
+        target = {tp: (o if o >= 0 else latest[tp]) for tp, o in at.items()}
+    for tp in tps:
+        if args.to_earliest:
+            target[tp] = earliest[tp]
+        elif args.to_latest:
+            target[tp] = latest[tp]
+        elif args.to_offset is not None:
+            target[tp] = args.to_offset
+        elif args.shift_by is not None:
+            target[tp] = committed.get(tp, (latest[tp], ""))[0] + args.shift_by
+        target[tp] = max(earliest[tp], min(target[tp], latest[tp]))  # clamp to the log, as Kafka does
+    rows = [{"group": args.group, "topic": t, "partition": p,
+             "previous_offset": committed.get((t, p), (None, ""))[0], "new_offset": target[(t, p)]}
+            for t, p in tps]
+    if args.execute:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), off in target.items():
+            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off,
+                                             "committed_leader_epoch": -1,
+                                             "committed_metadata": committed.get((t, p), (0, ""))[1]})
+        r = admin.coordinator_conn(args.group).call(ApiKey.OFFSET_COMMIT, {
+            "group_id": args.group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "retention_time": -1, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+        errors = [(t.name, p.partition_index, ErrorCode(p.error_code).name.upper())
+                  for t in r.topics for p in t.partitions if p.error_code]
+        if errors:
+            raise AdminError(f"OffsetCommit failed: {errors}")
+    elif not args.json:
+        print("Dry run: nothing committed (add --execute to apply)\n")
+    emit(args, rows, ["group", "topic", "partition", "previous_offset", "new_offset"])
+    return 0
+
+
+def delete(admin: AdminClient, args: argparse.Namespace) -> int:
+    r = admin.coordinator_conn(args.group).call(ApiKey.DELETE_GROUPS, {"groups_names": [args.group]})
+    code = ErrorCode(r.results[0].error_code)
+    if code:
+        hint = " (the group still has members)" if code == ErrorCode.non_empty_group else ""
+        raise AdminError(f"cannot delete group {args.group!r}: {code.name.upper()}{hint}")
+    emit(args, [{"group": args.group, "result": "deleted"}], ["group", "result"])
+    return 0
+
+
+def delete_offsets(admin: AdminClient, args: argparse.Namespace) -> int:
+    tps = _parse_topics(args.topic, admin)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for t, p in tps:
+        topics.setdefault(t, []).append({"partition_index": p})
+    r = admin.coordinator_conn(args.group).call(ApiKey.OFFSET_DELETE, {
+        "group_id": args.group, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+    if r.error_code:
+        raise AdminError(f"OffsetDelete {args.group}: {ErrorCode(r.error_code).name.upper()}")
+    rows = [{"topic": t.name, "partition": p.partition_index,
+             "result": ErrorCode(p.error_code).name.upper() if p.error_code else "deleted"}
+            for t in r.topics for p in t.partitions]
+    emit(args, rows, ["topic", "partition", "result"])
+    return 0 if all(r["result"] == "deleted" for r in rows) else 1
+
+
+def coordinator(admin: AdminClient, args: argparse.Namespace) -> int:
+    """The diagnosis that takes teams hours: hash, partition, its leader, and whether the
+    coordinator serves the group now."""
+    h = java_string_hashcode(args.group)
+    md = admin.metadata([OFFSETS_TOPIC])
+    brokers = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
+    topic = next((t for t in md.topics if t.name == OFFSETS_TOPIC and not t.error_code), None)
+    info: dict[str, Any] = {"group": args.group, "java_hashcode": h, "abs_hashcode": kafka_abs(h),
+                            "offsets_topic_partitions": None, "partition": None, "partition_leader": None}
+    leaderless = False
+    if topic is not None and topic.partitions:
+        n = len(topic.partitions)
+        partition = kafka_abs(h) % n
+        leader = next(p.leader_id for p in topic.partitions if p.partition_index == partition)
+        leaderless = leader < 0 or leader not in brokers
+        info.update(offsets_topic_partitions=n, partition=partition, partition_leader=leader,
+                    partition_leader_address=brokers.get(leader))
+    node, code, message = admin.find_coordinator(args.group)
+    info["coordinator"] = node.node_id if node else None
+    if leaderless:
+        info.update(status="unavailable", reason=f"{OFFSETS_TOPIC}-{info['partition']} has no live leader")
+    elif code:
+        info.update(status="unavailable", reason=f"{code.name.upper()}: {message or ''}".strip(": "))
+    else:
+        assert node is not None
+        try:
+            r = admin.conn(node).call(ApiKey.DESCRIBE_GROUPS, {"groups": [args.group],
+                                                              "include_authorized_operations": False})
+        except AdminError as e:  # a cluster without DescribeGroups: the coordinator is known, no more
+            r = None
+            info.update(status="coordinator found", reason=str(e))
+        gcode = ErrorCode(r.groups[0].error_code) if r is not None else ErrorCode.none
+        if r is None:
+            pass
+        elif gcode == ErrorCode.coordinator_load_in_progress:
+            info.update(status="loading", reason=f"{OFFSETS_TOPIC}-{info['partition']} is being loaded")
+        elif gcode:
+            info.update(status="unavailable", reason=gcode.name.upper())
+        else:
+            info.update(status="loaded", group_state=r.groups[0].group_state)
+        if topic is None:
+            info["note"] = f"this cluster does not show {OFFSETS_TOPIC} in its metadata"
+    if args.json:
+        emit(args, info, [])
+    else:
+        for k, v in info.items():
+            print(f"{k:26s} {'-' if v is None else v}")
+    return 0 if info["status"] in ("loaded", "coordinator found") else 1
