@@ -13,12 +13,15 @@ setup: $(STAMP) system-deps
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
-# Debian packages the tests use (kcat). Installed with apt-get when missing; needs root or sudo.
+# Debian packages the tests use (kcat; Java 17+ for Spark). Installed with apt-get when missing;
+# needs root or sudo.
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	jv=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	if [ -z "$$jv" ] || [ "$$jv" -lt 17 ]; then missing="$$missing openjdk-17-jre-headless"; fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -36,7 +39,7 @@ lint: setup
 	$(BIN)/mypy
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,spark,bench]'
 	touch $(BENCH_STAMP)
 
 bench: setup $(BENCH_STAMP)

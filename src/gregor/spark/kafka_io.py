@@ -1,0 +1,209 @@
+"""Talking to the cluster with a real client (confluent-kafka): topic-partition discovery,
+offset resolution on the driver, range reads and writes in the executors. The client handles
+compressed batches, transaction markers and offset gaps of compacted topics."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from gregor.spark.options import EARLIEST, LATEST, OptionError, SourceOptions
+
+TP = tuple[str, int]
+UTC = datetime.UTC
+READ_IDLE_TIMEOUT_S = 60.0
+
+
+class DataLossError(RuntimeError):
+    pass
+
+
+def _consumer(client: dict[str, str], **extra: Any) -> Any:
+    from confluent_kafka import Consumer
+
+    conf = {"group.id": "gregor-spark", "enable.auto.commit": False, "log_level": 3, **client, **extra}
+    return Consumer(conf)
+
+
+def discover(opts: SourceOptions) -> list[TP]:
+    """The topic-partitions the options select, now (new partitions appear here)."""
+    c = _consumer(opts.client)
+    try:
+        if opts.assign is not None:
+            return sorted((t, p) for t, ps in opts.assign.items() for p in ps)
+        md = c.list_topics(timeout=30)
+        if opts.subscribe is not None:
+            names = [t for t in opts.subscribe if t in md.topics and md.topics[t].error is None]
+        else:
+            assert opts.subscribe_pattern is not None
+            names = [t for t in md.topics if opts.subscribe_pattern.fullmatch(t) and md.topics[t].error is None]
+        return sorted((t, p) for t in names for p in md.topics[t].partitions)
+    finally:
+        c.close()
+
+
+def watermarks(client: dict[str, str], tps: list[TP]) -> dict[TP, tuple[int, int]]:
+    from confluent_kafka import TopicPartition
+
+    c = _consumer(client)
+    try:
+        return {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30, cached=False) for tp in tps}
+    finally:
+        c.close()
+
+
+def offsets_for_time(client: dict[str, str], tps: list[TP], ts: int) -> dict[TP, int]:
+    from confluent_kafka import TopicPartition
+
+    c = _consumer(client)
+    try:
+        found = c.offsets_for_times([TopicPartition(t, p, ts) for t, p in tps], timeout=30)
+        return {(f.topic, f.partition): f.offset for f in found}
+    finally:
+        c.close()
+
+
+def resolve(spec: str | dict[str, dict[str, int]], tps: list[TP], marks: dict[TP, tuple[int, int]],
+            name: str) -> dict[TP, int]:
+    """Absolute offsets from 'earliest' / 'latest' / per-partition JSON (-2 earliest, -1 latest)."""
+    out: dict[TP, int] = {}
+    for tp in tps:
+        lo, hi = marks[tp]
+        if spec == "earliest":
+            out[tp] = lo
+        elif spec == "latest":
+            out[tp] = hi
+        else:
+            assert isinstance(spec, dict)
+            off = spec.get(tp[0], {}).get(str(tp[1]))
+            if off is None:
+                if tp[0] in spec:
+                    raise OptionError(f"option {name}: partition {tp[1]} of {tp[0]} is missing")
+                off = LATEST if name == "endingOffsets" else EARLIEST
+            out[tp] = lo if off == EARLIEST else hi if off == LATEST else off
+    return out
+
+
+def to_json(offsets: dict[TP, int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (t, p), o in sorted(offsets.items()):
+        out.setdefault(t, {})[str(p)] = o
+    return out
+
+
+def from_json(data: dict[str, Any]) -> dict[TP, int]:
+    return {(t, int(p)): int(o) for t, parts in data.items() if not t.startswith("__") for p, o in parts.items()}
+
+
+def read_range(client: dict[str, str], topic: str, partition: int, start: int, end: int,
+               fail_on_data_loss: bool) -> Iterator[tuple[Any, ...]]:
+    """Rows for offsets [start, end) of one partition, in the Kafka source's row layout."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    if start >= end:
+        return
+    c = _consumer(client, **{"enable.partition.eof": True, "auto.offset.reset": "error",
+                             "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+                             "queued.min.messages": 200000})
+    try:
+        c.assign([TopicPartition(topic, partition, start)])
+        last_progress = time.monotonic()
+        expected = start
+        while True:
+            msgs = c.consume(10000, 1.0)
+            if not msgs:
+                if time.monotonic() - last_progress > READ_IDLE_TIMEOUT_S:
+                    raise TimeoutError(f"no data from {topic}-{partition} at offset {expected} for "
+                                       f"{READ_IDLE_TIMEOUT_S:.0f} s (range {start}..{end})")
+                continue
+            last_progress = time.monotonic()
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return  # reached the high watermark: nothing below `end` is left
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                        if fail_on_data_loss:
+                            raise DataLossError(f"{topic}-{partition}: offset {expected} is no longer available "
+                                                "(deleted by retention?); set failOnDataLoss=false to skip")
+                        lo, _hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+                        if lo >= end:
+                            return
+                        c.assign([TopicPartition(topic, partition, lo)])
+                        continue
+                    raise RuntimeError(f"reading {topic}-{partition}: {err}")
+                off = m.offset()
+                if off >= end:
+                    return
+                ts_type, ts = m.timestamp()
+                headers = m.headers()
+                yield (m.key(), m.value(), topic, partition, off,
+                       datetime.datetime.fromtimestamp(ts / 1000, UTC) if ts >= 0 else None,
+                       0 if ts_type == 1 else 1 if ts_type == 2 else -1,
+                       [(k, v) for k, v in headers] if headers else None)
+                expected = off + 1
+                if off >= end - 1:
+                    return
+    finally:
+        c.close()
+
+
+def produce_rows(client: dict[str, str], default_topic: str | None, rows: Iterator[Any]) -> int:
+    from confluent_kafka import Producer
+
+    p = Producer({"linger.ms": 5, "enable.idempotence": True, "log_level": 3, **client})
+    errors: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    n = 0
+    for row in rows:
+        d = row.asDict() if hasattr(row, "asDict") else dict(row)
+        topic = d.get("topic") or default_topic
+        if not topic:
+            raise OptionError("a row has no topic: give a topic column or the option topic")
+        kw: dict[str, Any] = {"on_delivery": on_delivery}
+        if d.get("partition") is not None:
+            kw["partition"] = int(d["partition"])
+        if d.get("headers"):
+            kw["headers"] = [(h["key"] if isinstance(h, dict) else h[0], h["value"] if isinstance(h, dict) else h[1])
+                             for h in d["headers"]]
+        value = d.get("value")
+        key = d.get("key")
+        while True:
+            try:
+                p.produce(topic, value=_bytes(value), key=_bytes(key), **kw)
+                break
+            except BufferError:
+                p.poll(0.1)
+        n += 1
+        if n % 10000 == 0:
+            p.poll(0)
+    if p.flush(120):
+        raise RuntimeError("timed out delivering rows")
+    if errors:
+        raise RuntimeError(f"{len(errors)} rows were not delivered: {errors[0]}")
+    return n
+
+
+def _bytes(v: Any) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, bytearray | memoryview):
+        return bytes(v)
+    return str(v).encode()
+
+
+def commit_group(client: dict[str, str], group_id: str, offsets: dict[TP, int]) -> None:
+    """Commit offsets to a consumer group as an assign-mode consumer would (generation -1)."""
+    from confluent_kafka import TopicPartition
+
+    c = _consumer(client, **{"group.id": group_id})
+    try:
+        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())], asynchronous=False)
+    finally:
+        c.close()
