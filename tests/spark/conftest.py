@@ -21,6 +21,7 @@ def new_session(master: str = "local[2]"):
     import gregor.spark
 
     spark = (SparkSession.builder.master(master).appName("gregor-tests")
+             .config("spark.pyspark.python", sys.executable)
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .getOrCreate())
