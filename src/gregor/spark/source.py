@@ -97,10 +97,10 @@ class BatchReader(DataSourceReader):
             starts[tp] = max(starts[tp], lo)
         return plan_ranges(starts, ends, self.opts.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
-        yield from kafka_io.read_range(self.opts.client, partition.topic, partition.partition, partition.start,
-                                       partition.end, self.opts.fail_on_data_loss)
+        yield from kafka_io.read_range_arrow(self.opts.client, partition.topic, partition.partition,
+                                             partition.start, partition.end, self.opts.fail_on_data_loss)
 
 
 class StreamReader(DataSourceStreamReader):
@@ -156,10 +156,10 @@ class StreamReader(DataSourceStreamReader):
                                          "set failOnDataLoss=false to continue without them")
         return plan_ranges(begin, stop, self.opts.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
-        yield from kafka_io.read_range(self.opts.client, partition.topic, partition.partition, partition.start,
-                                       partition.end, self.opts.fail_on_data_loss)
+        yield from kafka_io.read_range_arrow(self.opts.client, partition.topic, partition.partition,
+                                             partition.start, partition.end, self.opts.fail_on_data_loss)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark calls this only when it plans the next batch; group commits happen in
