@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +35,6 @@ class Broker:
         self.connections: set[Any] = set()
         self.server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.request_stats: dict[int, list[float]] = {}
-        self.on_topic_created: list[Callable[[Topic], None]] = []
         from gregor.coordinator.group.service import GroupCoordinatorService
 
         self.coordinator = GroupCoordinatorService(config, self.topics, self.logs, self.create_topic)
@@ -126,14 +123,6 @@ class Broker:
                 next_checkpoint = now + 60
                 self.logs.write_checkpoints()
 
-    def metrics_observe(self, api_key: int, seconds: float) -> None:
-        s = self.request_stats.get(api_key)
-        if s is None:
-            self.request_stats[api_key] = [1, seconds]
-        else:
-            s[0] += 1
-            s[1] += seconds
-
     # -- topic operations --------------------------------------------------------------------
     def partition_log(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get(topic, partition)
@@ -153,8 +142,6 @@ class Broker:
         topic = self.topics.add(name, partitions, parsed, internal=internal)
         self.logs.create_logs(topic)
         log.info("created topic %s with %d partitions, configs %s", name, partitions, parsed)
-        for cb in self.on_topic_created:
-            cb(topic)
         return topic
 
     @staticmethod

@@ -44,7 +44,8 @@ def test_batch_read_equals_plain_consumer(spark, broker):
     assert r0.topic == "sp-batch" and r0.headers[0].key == "n" and bytes(r0.headers[0].value) == b"7"
     assert r0.timestampType == 0 and r0.timestamp is not None
     # offsets ranges: startingOffsets / endingOffsets JSON
-    part = (spark.read.format("gregor").option("bootstrap.servers", broker.bootstrap).option("assign", '{"sp-batch":[1]}')
+    part = (spark.read.format("gregor").option("bootstrap.servers", broker.bootstrap)
+            .option("assign", '{"sp-batch":[1]}')
             .option("startingOffsets", '{"sp-batch":{"1":10}}').option("endingOffsets", '{"sp-batch":{"1":20}}')
             .load().select("offset").collect())
     assert sorted(r.offset for r in part) == list(range(10, 20))
@@ -55,7 +56,8 @@ def test_write_then_read_back_with_headers(spark, broker):
     rows = [(b"a", b"1", 0, [("h1", b"x")]), (b"b", b"2", 1, [("h2", b"y"), ("h3", None)]), (None, b"3", 0, None)]
     df = spark.createDataFrame(rows, "key binary, value binary, partition int, "
                                      "headers array<struct<key: string, value: binary>>")
-    df.write.format("gregor").mode("append").option("bootstrap.servers", broker.bootstrap).option("topic", "sp-write").save()
+    (df.write.format("gregor").mode("append").option("bootstrap.servers", broker.bootstrap)
+     .option("topic", "sp-write").save())
     back = (spark.read.format("gregor").option("bootstrap.servers", broker.bootstrap).option("subscribe", "sp-write")
             .load().collect())
     by_value = {bytes(r.value): r for r in back}

@@ -42,16 +42,17 @@ def standalone(tmp_path):
                SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
     launcher = str(home / "bin" / "spark-class")
     port = free_port()
+    logs = [open(tmp_path / "master.log", "w"), open(tmp_path / "worker.log", "w")]  # noqa: SIM115
     master = subprocess.Popen([launcher, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(port), "--webui-port", str(free_port())],
-                              env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "master.log", "w"))
+                              env=env, stdout=subprocess.DEVNULL, stderr=logs[0])
     procs = [master]
     try:
         wait_port(port)
         url = f"spark://127.0.0.1:{port}"
         worker = subprocess.Popen([launcher, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                                    "--webui-port", str(free_port()), "--cores", "2", "--memory", "1g", url],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "worker.log", "w"))
+                                  env=env, stdout=subprocess.DEVNULL, stderr=logs[1])
         procs.append(worker)
         yield url
     finally:
@@ -61,6 +62,8 @@ def standalone(tmp_path):
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 p.kill()
+        for f in logs:
+            f.close()
 
 
 def test_read_and_stream_on_a_standalone_cluster(broker, standalone, tmp_path):

@@ -10,7 +10,7 @@ from typing import Any
 
 from gregor.admin.client import AdminClient, AdminError
 from gregor.admin.consumer_protocol import decode_assignment
-from gregor.admin.output import emit
+from gregor.admin.output import add_action, emit
 from gregor.coordinator.group.partitioner import java_string_hashcode, kafka_abs
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
@@ -23,13 +23,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     gs = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    lst = gs.add_parser("list", help="every group with its state")
-    lst.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
-    d = gs.add_parser("describe", help="members, assignment, committed offsets and lag")
-    d.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    add_action(gs, "list", "every group with its state")
+    d = add_action(gs, "describe", "members, assignment, committed offsets and lag")
     d.add_argument("group")
-    r = gs.add_parser("reset-offsets", help="move committed offsets (group must be inactive)")
-    r.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    r = add_action(gs, "reset-offsets", "move committed offsets (group must be inactive)")
     r.add_argument("group")
     r.add_argument("--topic", required=True, action="append", help="topic or topic:0,1,2")
     how = r.add_mutually_exclusive_group(required=True)
@@ -41,15 +38,12 @@ def add_parser(sub: Any) -> None:
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="show the plan (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
-    dl = gs.add_parser("delete", help="delete an inactive group and its offsets")
-    dl.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    dl = add_action(gs, "delete", "delete an inactive group and its offsets")
     dl.add_argument("group")
-    do = gs.add_parser("delete-offsets", help="delete a group's offsets for a topic")
-    do.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    do = add_action(gs, "delete-offsets", "delete a group's offsets for a topic")
     do.add_argument("group")
     do.add_argument("--topic", required=True, action="append", help="topic or topic:0,1,2")
-    c = gs.add_parser("coordinator", help="where a group lives and whether it is served")
-    c.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    c = add_action(gs, "coordinator", "where a group lives and whether it is served")
     c.add_argument("group")
 
 

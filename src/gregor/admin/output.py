@@ -7,6 +7,13 @@ import json
 from typing import Any
 
 
+def add_action(subparsers: Any, name: str, help_: str) -> argparse.ArgumentParser:
+    """A sub-command that also takes --json after its name (``gregor groups list --json``)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(name, help=help_)
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    return p
+
+
 def emit(args: argparse.Namespace, data: Any, columns: list[str]) -> None:
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, default=str))

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from gregor.admin.client import AdminClient, AdminError
-from gregor.admin.output import emit
+from gregor.admin.output import add_action, emit
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 
@@ -16,20 +16,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     ts = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    ls = ts.add_parser("list", help="topic names")
-    ls.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    ls = add_action(ts, "list", "topic names")
     ls.add_argument("--exclude-internal", action="store_true")
-    d = ts.add_parser("describe", help="partitions, leaders, offsets and configs")
-    d.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    d = add_action(ts, "describe", "partitions, leaders, offsets and configs")
     d.add_argument("topic", nargs="?")
-    c = ts.add_parser("create", help="create a topic")
-    c.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    c = add_action(ts, "create", "create a topic")
     c.add_argument("topic")
     c.add_argument("--partitions", type=int, default=-1)
     c.add_argument("--replication-factor", type=int, default=-1)
     c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    dl = ts.add_parser("delete", help="delete a topic")
-    dl.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    dl = add_action(ts, "delete", "delete a topic")
     dl.add_argument("topic")
 
 
