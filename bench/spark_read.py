@@ -26,7 +26,8 @@ import sys, time
 from confluent_kafka import Consumer, TopicPartition
 bs, topic, parts, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 c = Consumer({"bootstrap.servers": bs, "group.id": "plain", "enable.auto.commit": False,
-              "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760, "queued.min.messages": 200000})
+              "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760, "queued.min.messages": 200000,
+              "fetch.queue.backoff.ms": 0})  # the connector's reader settings: a fair baseline
 c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
 got = nbytes = 0
 t = time.perf_counter()
