@@ -38,6 +38,11 @@ class Broker:
         from gregor.coordinator.group.service import GroupCoordinatorService
 
         self.coordinator = GroupCoordinatorService(config, self.topics, self.logs, self.create_topic)
+        from gregor.metrics.registry import BrokerMetrics
+
+        self.metrics = BrokerMetrics(self)
+        self.metrics_enabled = bool(config["metrics.listener"])  # off: no counting on the hot paths
+        self.metrics_server: asyncio.Server | None = None
         load_all_apis()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -75,6 +80,11 @@ class Broker:
         self.server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
                                                backlog=1024)
         self._tasks.append(loop.create_task(self._housekeeping()))
+        if self.config["metrics.listener"]:
+            from gregor.metrics.http import parse_listener, serve_metrics
+
+            mhost, mport = parse_listener(self.config["metrics.listener"])
+            self.metrics_server = await serve_metrics(self.metrics.registry, mhost, mport)
         log.info("Gregor broker %d (cluster %s) listening on %s:%d, data in %s", self.node_id,
                  self.cluster_id, host, self.bound_port, self.data_dir)
 
@@ -87,6 +97,8 @@ class Broker:
         """Stop accepting, let in-flight requests finish (bounded), flush, close the logs."""
         if self.server is not None:
             self.server.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

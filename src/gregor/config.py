@@ -67,8 +67,13 @@ def _listeners(v: str) -> str:
     return v.strip()
 
 
-def _str(v: str) -> str:
-    return v.strip()
+def _metrics_listener(v: str) -> str:
+    s = v.strip()
+    if s:
+        from gregor.metrics.http import parse_listener
+
+        parse_listener(s)
+    return s
 
 
 def _nonempty(v: str) -> str:
@@ -140,7 +145,7 @@ KEYS: dict[str, Key] = {
         Key("group.max.session.timeout.ms", _POS_INT, 1800000, "largest session timeout"),
         Key("group.max.size", _int_range(1, INT_MAX), INT_MAX, "members per group"),
         Key("producer.id.expiration.ms", _int_range(1, INT_MAX), 86400000, "idle producer state expiry"),
-        Key("metrics.listener", _str, "", "Prometheus endpoint, e.g. http://127.0.0.1:9404 (empty: off)"),
+        Key("metrics.listener", _metrics_listener, "", "Prometheus endpoint, e.g. http://127.0.0.1:9404 (empty: off)"),
     ]
 }
 

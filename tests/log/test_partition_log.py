@@ -232,3 +232,14 @@ def test_compacted_topic_requires_keys(make_log):
     with pytest.raises(KafkaError) as e:
         plog.append(build_batch([(None, b"v")]))
     assert e.value.code == ErrorCode.invalid_record
+
+
+def test_read_reports_the_offset_after_the_data(make_log):
+    plog = make_log(**{"index.interval.bytes": 200})
+    for _ in range(20):
+        plog.append(batch(5, size=40))
+    one = len(batch(5, size=40))
+    res = plog.read(7, 3 * one)
+    assert len(res.records) == 3 * one and res.next_offset == 20  # batches 5-9, 10-14, 15-19
+    assert plog.read(0, 10).next_offset == 5  # KIP-74: one batch over the limit
+    assert plog.read(100, 10).next_offset == -1

@@ -9,10 +9,10 @@ import datetime
 from typing import Any
 
 from gregor.admin.client import AdminClient, AdminError
-from gregor.admin.consumer_protocol import decode_assignment
 from gregor.admin.output import add_action, emit
 from gregor.coordinator.group.partitioner import java_string_hashcode, kafka_abs
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.consumer_protocol import decode_assignment
 from gregor.protocol.errors import ErrorCode
 
 OFFSETS_TOPIC = "__consumer_offsets"

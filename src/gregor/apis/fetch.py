@@ -38,12 +38,21 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes]:
     min_bytes = max(req.min_bytes, 1)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
+    metrics = ctx.broker.metrics if ctx.broker.metrics_enabled else None
+    client_id = ctx.header.client_id or ""
+    # attribute when the request arrives: a member that leaves during the long poll was a member
+    # when it asked
+    owners = {(t, p): metrics.attribution.group_of(client_id, ctx.client_host, t, p)
+              for t, p, *_ in wanted if t is not None} if metrics is not None else {}
     while True:
-        topics, total, any_error = _read_all(ctx, req, wanted)
+        topics, total, any_error, served = _read_all(ctx, req, wanted)
         remaining = deadline - loop.time()
         if total >= min_bytes or any_error or remaining <= 0:
             break
         await ctx.broker.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
+    if metrics is not None:
+        for topic, partition, messages, nbytes in served:
+            metrics.fetched(owners[(topic, partition)], topic, partition, messages, nbytes)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
 
 
@@ -76,8 +85,12 @@ def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
     return out
 
 
-def _read_all(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> tuple[list[TopicData], int, bool]:
+Served = list[tuple[str, int, int, int]]  # topic, partition, messages, bytes
+
+
+def _read_all(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> tuple[list[TopicData], int, bool, Served]:
     logs = ctx.broker.logs
+    served: Served = []
     budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
     total = 0
     any_error = False
@@ -98,6 +111,8 @@ def _read_all(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> tuple[list
                     first_with_data = False
                     total += len(res.records)
                     budget = max(budget - len(res.records), 0)
+                    # messages from the fetch offset on (the first batch may start before it)
+                    served.append((plog.topic, partition, max(res.next_offset - offset, 0), len(res.records)))
             except KafkaError as e:
                 entry.error_code = e.code
                 entry.high_watermark = entry.last_stable_offset = plog.high_watermark
@@ -108,4 +123,4 @@ def _read_all(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> tuple[list
         if topic is None:
             topic = grouped[key] = TopicData(key)
         topic.partitions.append(entry)
-    return list(grouped.values()), total, any_error
+    return list(grouped.values()), total, any_error, served

@@ -44,6 +44,7 @@ class ReadResult:
     records: bytes
     high_watermark: int
     log_start_offset: int
+    next_offset: int = -1  # one past the last record returned (-1: nothing returned)
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -266,14 +267,15 @@ class PartitionLog:
             if h is not None:
                 if h.size > max_bytes:
                     # KIP-74: the first batch is served whole even when larger than the limit
-                    length = h.size if min_one_batch else 0
+                    length, next_offset = (h.size, h.next_offset) if min_one_batch else (0, -1)
                 else:
                     # whole batches only: a consumer would drop a trailing partial batch and fetch
                     # it again
-                    length = seg.last_batch_end(pos, min(seg.size, pos + max_bytes)) - pos
+                    end, next_offset = seg.last_batch_end(pos, min(seg.size, pos + max_bytes), h)
+                    length = end - pos
                 if length <= 0:
                     return ReadResult(b"", leo, self.log_start_offset)
-                return ReadResult(seg.pread(pos, length), leo, self.log_start_offset)
+                return ReadResult(seg.pread(pos, length), leo, self.log_start_offset, next_offset)
             i += 1  # offset falls in a gap left by compaction: serve the next segment
         return ReadResult(b"", leo, self.log_start_offset)
 

@@ -101,18 +101,22 @@ class Segment:
                 return h.position, h
         return self.size, None
 
-    def last_batch_end(self, start: int, limit: int) -> int:
-        """End position of the last whole batch that starts at or after ``start`` and ends at or
-        before ``limit``; ``start`` if none does. Walks from the nearest index entry, so it reads a
-        few batch headers, never the data."""
+    def last_batch_end(self, start: int, limit: int, first: BatchHeader) -> tuple[int, int]:
+        """(end position, next offset) of the last whole batch that starts at or after ``start``
+        (where batch ``first`` starts) and ends at or before ``limit``; (start, first's base offset)
+        if none does. Walks from the nearest index entry: a few batch headers, never the data."""
         import bisect
 
         i = bisect.bisect_right(self.index.positions, limit) - 1
-        pos = self.index.positions[i] if i >= 0 and self.index.positions[i] >= start else start
-        end = pos if pos > start else start
+        if i >= 0 and self.index.positions[i] > start:
+            pos = self.index.positions[i]
+            end, next_offset = pos, self.base_offset + self.index.rel_offsets[i]  # index entries are batch starts
+        else:
+            pos = end = start
+            next_offset = first.base_offset
         for h in self.iter_headers(pos, limit):
-            end = h.position + h.size
-        return end
+            end, next_offset = h.position + h.size, h.next_offset
+        return end, next_offset
 
     def find_timestamp(self, timestamp: int) -> BatchHeader | None:
         """First batch whose max timestamp is at or after ``timestamp``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +148,7 @@ class KafkaConnection(asyncio.Protocol):
             log.warning("closing connection from %s: malformed request: %s", self.peer, e)
             raise CloseConnection from None
         ctx = RequestContext(self.broker, header, self.peer.rsplit(":", 1)[0], self.id)
+        started = time.perf_counter()
         try:
             result = await reg.handler(ctx, request)
         except CloseConnection:
@@ -157,6 +159,8 @@ class KafkaConnection(asyncio.Protocol):
             result = self._error_body(api_key, version, ErrorCode.unknown_server_error)
             if result is None:
                 raise CloseConnection from None
+        if self.broker.metrics_enabled:
+            self.broker.metrics.request(api_key, time.perf_counter() - started)
         if result is None:
             return None
         head = codec.response_header(api_key, version, corr)

@@ -31,6 +31,10 @@ class ShardContext:
     topic_exists: Callable[[str, int], bool] = lambda topic, partition: True
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
     after_commit: list[Callable[[], object]] = field(default_factory=list)
+    membership_version: int = 0  # bumped whenever members or their assignments change
+
+    def membership_changed(self) -> None:
+        self.membership_version += 1
 
     def defer(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` once the current operation's records are in the log."""

@@ -163,6 +163,7 @@ class GroupManager:
         log.info("Static member %s of group %s rejoins with a new member id %s; old member %s is fenced",
                  req.group_instance_id, group.group_id, new_id, old_id)
         leader_before = group.leader_id
+        self.ctx.membership_changed()
         self.ctx.timer.cancel(heartbeat_key(group.group_id, old_id))
         member = group.replace_static_member(old_id, new_id)
         self._update_member(member, req)
@@ -441,6 +442,7 @@ class GroupManager:
                 for mid, m in group.members.items():
                     m.assignment = assignment[mid]
                 group.transition(S.STABLE, self._now())
+                self.ctx.membership_changed()
                 for m in group.members.values():
                     if m.awaiting_sync is not None:
                         d = m.awaiting_sync
@@ -551,6 +553,7 @@ class GroupManager:
         return CoordinatorResult(records, (ErrorCode.none, out))
 
     def _remove_member(self, group: ClassicGroup, member: Member, reason: str) -> list[Record]:
+        self.ctx.membership_changed()
         self.ctx.timer.cancel(heartbeat_key(group.group_id, member.member_id))
         if member.awaiting_join is not None:
             d = member.awaiting_join
@@ -570,6 +573,7 @@ class GroupManager:
 
     # -- loading / unloading -----------------------------------------------------------------
     def on_loaded(self) -> None:
+        self.ctx.membership_changed()
         for group in self.groups.values():
             for member in group.members.values():
                 self._schedule_heartbeat(group, member)

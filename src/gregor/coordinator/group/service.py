@@ -159,6 +159,10 @@ class GroupCoordinatorService:
     def active_shards(self) -> list[GroupCoordinatorShard]:
         return [rt.shard for rt in self.runtimes.values() if rt.state is ShardState.ACTIVE and rt.shard]
 
+    def membership_version(self) -> int:
+        """Changes whenever any group's members or assignments change (metrics attribution)."""
+        return sum(rt.shard.ctx.membership_version for rt in self.runtimes.values() if rt.shard is not None)
+
     @property
     def loading(self) -> bool:
         return any(rt.state is ShardState.LOADING for rt in self.runtimes.values())

@@ -152,6 +152,7 @@ class GroupCoordinatorShard:
             group = self.groups.pop(key.group, None)
             if group is not None:
                 group.state = GroupState.DEAD
+                self.ctx.membership_changed()
             return
         group = self.groups.get(key.group)
         if group is not None and not self.loading:

@@ -1,0 +1,1 @@
+"""Metrics: group attribution of consumption, and a Prometheus endpoint."""

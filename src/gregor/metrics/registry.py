@@ -1,0 +1,102 @@
+"""Broker metrics and their Prometheus exposition (``metrics.listener``).
+
+The hot paths only bump plain counters: a fetch adds messages and bytes per (group, topic,
+partition), a request adds one to its API's count and its latency to a sum. Everything else is
+computed when Prometheus scrapes: group state, members, generation, committed offsets, log end
+offsets and lag come from the coordinator's and the logs' own state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from gregor.metrics.attribution import GroupAttribution
+from gregor.protocol.api_keys import ApiKey
+
+if TYPE_CHECKING:
+    from gregor.broker import Broker
+
+
+class BrokerMetrics(Collector):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        coordinator = broker.coordinator
+        self.attribution = GroupAttribution(coordinator.active_shards, coordinator.membership_version)
+        self.consumed: dict[tuple[str, str, int], list[int]] = {}  # (group, topic, partition) -> [messages, bytes]
+        self.requests: dict[int, list[float]] = {}  # api key -> [count, seconds]
+        self.bytes_out = 0
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    # -- hot-path hooks ----------------------------------------------------------------------
+    def fetched(self, group: str, topic: str, partition: int, messages: int, nbytes: int) -> None:
+        key = (group, topic, partition)
+        c = self.consumed.get(key)
+        if c is None:
+            self.consumed[key] = [messages, nbytes]
+        else:
+            c[0] += messages
+            c[1] += nbytes
+        self.bytes_out += nbytes
+
+    def request(self, api_key: int, seconds: float) -> None:
+        r = self.requests.get(api_key)
+        if r is None:
+            self.requests[api_key] = [1, seconds]
+        else:
+            r[0] += 1
+            r[1] += seconds
+
+    # -- scrape ------------------------------------------------------------------------------
+    def collect(self) -> Iterator[Any]:
+        labels = ["group", "topic", "partition"]
+        msgs = CounterMetricFamily("gregor_group_consumed_messages", "Messages fetched by consumer groups "
+                                   "(group __no_group__: consumers outside any group)", labels=labels)
+        byts = CounterMetricFamily("gregor_group_consumed_bytes", "Bytes fetched by consumer groups", labels=labels)
+        for (gid, topic, partition), (m, b) in sorted(self.consumed.items()):
+            msgs.add_metric([gid, topic, str(partition)], m)
+            byts.add_metric([gid, topic, str(partition)], b)
+        yield msgs
+        yield byts
+        committed = GaugeMetricFamily("gregor_group_committed_offset", "Committed offset", labels=labels)
+        end = GaugeMetricFamily("gregor_group_log_end_offset", "Log end offset of committed partitions", labels=labels)
+        lag = GaugeMetricFamily("gregor_group_lag", "Messages between the committed offset and the log end",
+                                labels=labels)
+        state = GaugeMetricFamily("gregor_group_state", "1 for the group's current state", labels=["group", "state"])
+        members = GaugeMetricFamily("gregor_group_members", "Members of the group", labels=["group"])
+        generation = GaugeMetricFamily("gregor_group_generation", "Generation of the group", labels=["group"])
+        logs = self.broker.logs
+        for shard in self.broker.coordinator.active_shards():
+            for group_id, group in sorted(shard.groups.items()):
+                state.add_metric([group_id, group.state.value], 1)
+                members.add_metric([group_id], len(group.members))
+                generation.add_metric([group_id], group.generation_id)
+            for group_id, offsets in sorted(shard.offsets_mgr.offsets.items()):
+                for (topic, partition), v in sorted(offsets.items()):
+                    lv = [group_id, topic, str(partition)]
+                    committed.add_metric(lv, v.offset)
+                    plog = logs.get(topic, partition)
+                    if plog is not None:
+                        end.add_metric(lv, plog.high_watermark)
+                        lag.add_metric(lv, max(plog.high_watermark - v.offset, 0))
+        yield from (committed, end, lag, state, members, generation)
+        reqs = SummaryMetricFamily("gregor_request_seconds", "Requests handled, by API", labels=["api"])
+        for api, (count, seconds) in sorted(self.requests.items()):
+            name = ApiKey(api).name if api in ApiKey._value2member_map_ else str(api)
+            reqs.add_metric([name], int(count), seconds)
+        yield reqs
+        conns = GaugeMetricFamily("gregor_connections", "Open client connections")
+        conns.add_metric([], len(self.broker.connections))
+        yield conns
+        out = CounterMetricFamily("gregor_fetch_bytes", "Record bytes served by Fetch")
+        out.add_metric([], self.bytes_out)
+        yield out
+        loads = GaugeMetricFamily("gregor_coordinator_load_seconds", "Time the last load of each "
+                                  "__consumer_offsets partition took", labels=["partition"])
+        for p, rt in sorted(self.broker.coordinator.runtimes.items()):
+            loads.add_metric([str(p)], rt.load_stats[1])
+        yield loads
