@@ -24,7 +24,8 @@ import peers  # noqa: E402
 PRODUCER = {"linger.ms": 5, "batch.size": 1_000_000, "acks": "all", "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 2_000_000, "enable.idempotence": False, "compression.type": "none"}
 CONSUMER = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760, "fetch.wait.max.ms": 100,
-            "queued.min.messages": 200_000, "enable.auto.commit": False, "group.id": "bench"}
+            "queued.min.messages": 200_000, "enable.auto.commit": False, "group.id": "bench",
+            "fetch.queue.backoff.ms": 0}  # librdkafka's default (1 s) stalls a fast reader: see docs/spark.md
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> int:
@@ -121,13 +122,16 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=300_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=1)
-    ap.add_argument("--only", choices=["gregor", "mock", "tansu"], action="append")
+    ap.add_argument("--only", choices=["gregor", "gregor-metrics", "mock", "tansu"], action="append")
     args = ap.parse_args()
     n, size = args.messages, args.size
     mb = n * size / 1e6
     results: dict[str, tuple[float, float]] = {}
 
-    targets = [("gregor", peers.gregor), ("mock", peers.mock_cluster), ("tansu", peers.tansu)]
+    mport = peers.free_port()
+    targets = [("gregor", peers.gregor),
+               ("gregor-metrics", lambda: peers.gregor(f"metrics.listener=http://127.0.0.1:{mport}")),
+               ("mock", peers.mock_cluster), ("tansu", peers.tansu)]
     for name, ctx in targets:
         if args.only and name not in args.only:
             continue
@@ -140,13 +144,13 @@ def main() -> None:
             tp = produce(bootstrap, topic, n, size)
             tf, fetched, fbytes = fetch(bootstrap, topic, partitions)
             results[name] = (mb / tp, fbytes / 1e6 / tf)
-            print(f"{name:7s} produce {mb / tp:8.1f} MB/s {n / tp:10.0f} msg/s | "
+            print(f"{name:14s} produce {mb / tp:8.1f} MB/s {n / tp:10.0f} msg/s | "
                   f"fetch {fbytes / 1e6 / tf:8.1f} MB/s {fetched / tf:10.0f} msg/s ({fetched} messages)", flush=True)
     lb = loopback(int(mb * 1e6))
     print(f"loopback socket {mb / lb:8.1f} MB/s (one connection, 1 MiB sends)")
     if "gregor" in results:
         g = results["gregor"]
-        for peer in ("mock", "tansu"):
+        for peer in ("gregor-metrics", "mock", "tansu"):
             if peer in results:
                 r = results[peer]
                 print(f"gregor/{peer}: produce {g[0] / r[0]:.2f}x  fetch {g[1] / r[1]:.2f}x")
