@@ -68,6 +68,9 @@ def test_fetches_are_attributed_to_their_groups(broker_factory):
     assert lag[("readers-a", "alpha", "0")] == 0 and lag[("readers-b", "beta", "1")] == 0
     state = {lab["group"]: lab["state"] for lab, _ in s["gregor_group_state"]}
     assert state["readers-a"] == "Stable" and state["readers-b"] == "Stable"
+    rebalances = {lab["group"]: v for lab, v in s["gregor_group_rebalances_total"]}
+    assert rebalances["readers-a"] == 1 and rebalances["readers-b"] == 1
+    assert {lab["group"] for lab, _ in s["gregor_group_last_rebalance_seconds"]} >= {"readers-a", "readers-b"}
     assert "gregor_request_seconds_count" in text and 'api="FETCH"' in text
 
     # more data after the commit shows up as lag; consuming it is attributed again

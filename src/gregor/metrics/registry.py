@@ -69,12 +69,19 @@ class BrokerMetrics(Collector):
         state = GaugeMetricFamily("gregor_group_state", "1 for the group's current state", labels=["group", "state"])
         members = GaugeMetricFamily("gregor_group_members", "Members of the group", labels=["group"])
         generation = GaugeMetricFamily("gregor_group_generation", "Generation of the group", labels=["group"])
+        rebalances = CounterMetricFamily("gregor_group_rebalances", "Rebalances completed since the group was "
+                                         "loaded on this broker", labels=["group"])
+        rebalance_s = GaugeMetricFamily("gregor_group_last_rebalance_seconds", "Duration of the last completed "
+                                        "rebalance (PreparingRebalance to the new generation)", labels=["group"])
         logs = self.broker.logs
         for shard in self.broker.coordinator.active_shards():
             for group_id, group in sorted(shard.groups.items()):
                 state.add_metric([group_id, group.state.value], 1)
                 members.add_metric([group_id], len(group.members))
                 generation.add_metric([group_id], group.generation_id)
+                rebalances.add_metric([group_id], group.rebalances)
+                if group.last_rebalance_ms >= 0:
+                    rebalance_s.add_metric([group_id], group.last_rebalance_ms / 1000)
             for group_id, offsets in sorted(shard.offsets_mgr.offsets.items()):
                 for (topic, partition), v in sorted(offsets.items()):
                     lv = [group_id, topic, str(partition)]
@@ -83,7 +90,7 @@ class BrokerMetrics(Collector):
                     if plog is not None:
                         end.add_metric(lv, plog.high_watermark)
                         lag.add_metric(lv, max(plog.high_watermark - v.offset, 0))
-        yield from (committed, end, lag, state, members, generation)
+        yield from (committed, end, lag, state, members, generation, rebalances, rebalance_s)
         reqs = SummaryMetricFamily("gregor_request_seconds", "Requests handled, by API", labels=["api"])
         for api, (count, seconds) in sorted(self.requests.items()):
             name = ApiKey(api).name if api in ApiKey._value2member_map_ else str(api)

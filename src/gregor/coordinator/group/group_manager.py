@@ -276,6 +276,7 @@ class GroupManager:
         self.ctx.timer.cancel(sync_key(group.group_id))
         was_empty = group.is_in(S.EMPTY)
         group.transition(S.PREPARING_REBALANCE, self._now())
+        group.rebalance_started_ms = self._now()
         log.info("Preparing to rebalance group %s in state PreparingRebalance with old generation %d "
                  "(__consumer_offsets-%d) (reason: %s)", group.group_id, group.generation_id,
                  self.ctx.partition, reason)
@@ -341,6 +342,9 @@ class GroupManager:
                                     lambda: self._on_join_timeout(group.group_id))
             return []
         group.generation_id += 1
+        group.rebalances += 1
+        if group.rebalance_started_ms >= 0:
+            group.last_rebalance_ms = self._now() - group.rebalance_started_ms
         if not group.members:
             group.protocol_name = None
             group.leader_id = None

@@ -100,6 +100,9 @@ class ClassicGroup:
     state_timestamp_ms: int = -1
     new_member_added: bool = False  # a member joined during the initial delay
     pending_sync: set[str] = field(default_factory=set)  # members expected to SyncGroup
+    rebalances: int = 0  # completed since this broker loaded the group (metrics)
+    rebalance_started_ms: int = -1
+    last_rebalance_ms: int = -1  # how long the last completed rebalance took
 
     # -- state -------------------------------------------------------------------------------
     def transition(self, target: GroupState, now_ms: int) -> None:
