@@ -121,10 +121,14 @@ class Broker:
         next_checkpoint = loop.time() + 60
         cleaner_every = self.config["log.cleaner.backoff.ms"] / 1000
         next_clean = loop.time() + cleaner_every
+        next_sample = loop.time()
         while True:
             await asyncio.sleep(0.1)
             self.logs.flush_due()
             now = loop.time()
+            if self.metrics_enabled and now >= next_sample:
+                next_sample = now + 1.0
+                self.metrics.sample_offsets()
             if now >= next_retention:
                 next_retention = now + retention_every
                 self.logs.enforce_retention()

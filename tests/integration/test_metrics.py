@@ -77,9 +77,13 @@ def test_fetches_are_attributed_to_their_groups(broker_factory):
     for _ in range(50):
         p.produce("alpha", value=b"x", partition=0)
     p.flush(10)
+    time.sleep(3)  # the log end history samples once a second
     _, s = scrape(port)
     lag = {(lab["group"], lab["topic"], lab["partition"]): v for lab, v in s["gregor_group_lag"]}
     assert lag[("readers-a", "alpha", "0")] == 50
+    tlag = {(lab["group"], lab["topic"], lab["partition"]): v for lab, v in s["gregor_group_time_lag_seconds"]}
+    assert 1.0 <= tlag[("readers-a", "alpha", "0")] <= 10.0  # the 50 new messages are a few seconds old
+    assert tlag[("readers-a", "alpha", "1")] == 0.0
     got = 0
     deadline = time.monotonic() + 20
     while got < 50 and time.monotonic() < deadline:

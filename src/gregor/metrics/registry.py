@@ -8,6 +8,7 @@ offsets and lag come from the coordinator's and the logs' own state.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gregor.metrics.attribution import GroupAttribution
+from gregor.metrics.time_lag import OffsetHistory
 from gregor.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ class BrokerMetrics(Collector):
         self.attribution = GroupAttribution(coordinator.active_shards, coordinator.membership_version)
         self.consumed: dict[tuple[str, str, int], list[int]] = {}  # (group, topic, partition) -> [messages, bytes]
         self.requests: dict[int, list[float]] = {}  # api key -> [count, seconds]
+        self.history = OffsetHistory()
         self.bytes_out = 0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -51,6 +54,13 @@ class BrokerMetrics(Collector):
             r[0] += 1
             r[1] += seconds
 
+    def sample_offsets(self) -> None:
+        """Called every second: the log end offsets that time lag is estimated from."""
+        now = time.time()
+        for (topic, partition), plog in self.broker.logs.logs.items():
+            if not topic.startswith("__"):
+                self.history.sample((topic, partition), plog.high_watermark, now)
+
     # -- scrape ------------------------------------------------------------------------------
     def collect(self) -> Iterator[Any]:
         labels = ["group", "topic", "partition"]
@@ -66,6 +76,9 @@ class BrokerMetrics(Collector):
         end = GaugeMetricFamily("gregor_group_log_end_offset", "Log end offset of committed partitions", labels=labels)
         lag = GaugeMetricFamily("gregor_group_lag", "Messages between the committed offset and the log end",
                                 labels=labels)
+        time_lag = GaugeMetricFamily("gregor_group_time_lag_seconds", "How long ago the log end passed the "
+                                     "committed offset (interpolated from log end history)", labels=labels)
+        now = time.time()
         state = GaugeMetricFamily("gregor_group_state", "1 for the group's current state", labels=["group", "state"])
         members = GaugeMetricFamily("gregor_group_members", "Members of the group", labels=["group"])
         generation = GaugeMetricFamily("gregor_group_generation", "Generation of the group", labels=["group"])
@@ -88,9 +101,11 @@ class BrokerMetrics(Collector):
                     committed.add_metric(lv, v.offset)
                     plog = logs.get(topic, partition)
                     if plog is not None:
-                        end.add_metric(lv, plog.high_watermark)
-                        lag.add_metric(lv, max(plog.high_watermark - v.offset, 0))
-        yield from (committed, end, lag, state, members, generation, rebalances, rebalance_s)
+                        hw = plog.high_watermark
+                        end.add_metric(lv, hw)
+                        lag.add_metric(lv, max(hw - v.offset, 0))
+                        time_lag.add_metric(lv, self.history.time_lag((topic, partition), v.offset, hw, now))
+        yield from (committed, end, lag, time_lag, state, members, generation, rebalances, rebalance_s)
         reqs = SummaryMetricFamily("gregor_request_seconds", "Requests handled, by API", labels=["api"])
         for api, (count, seconds) in sorted(self.requests.items()):
             name = ApiKey(api).name if api in ApiKey._value2member_map_ else str(api)
