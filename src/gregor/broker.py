@@ -41,7 +41,11 @@ class Broker:
         from gregor.metrics.registry import BrokerMetrics
 
         self.metrics = BrokerMetrics(self)
-        self.metrics_enabled = bool(config["metrics.listener"])  # off: no counting on the hot paths
+        # off (no endpoint and no telemetry): nothing is counted on the hot paths
+        self.metrics_enabled = bool(config["metrics.listener"]) or config["telemetry.interval.ms"] > 0
+        from gregor.metrics.telemetry import TelemetryWriter
+
+        self.telemetry = TelemetryWriter(self)
         self.metrics_server: asyncio.Server | None = None
         load_all_apis()
 
@@ -75,6 +79,8 @@ class Broker:
 
         self.open_storage()
         await self.coordinator.start()
+        if self.config["telemetry.interval.ms"] > 0:
+            self.telemetry.ensure_topic()
         host, port = self.config.listener()
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
@@ -122,6 +128,8 @@ class Broker:
         cleaner_every = self.config["log.cleaner.backoff.ms"] / 1000
         next_clean = loop.time() + cleaner_every
         next_sample = loop.time()
+        telemetry_every = self.config["telemetry.interval.ms"] / 1000
+        next_telemetry = loop.time() + telemetry_every
         while True:
             await asyncio.sleep(0.1)
             self.logs.flush_due()
@@ -129,6 +137,12 @@ class Broker:
             if self.metrics_enabled and now >= next_sample:
                 next_sample = now + 1.0
                 self.metrics.sample_offsets()
+            if telemetry_every > 0 and now >= next_telemetry:
+                next_telemetry = now + telemetry_every
+                try:
+                    self.telemetry.write()
+                except Exception:  # noqa: BLE001 - telemetry must never stop the broker
+                    log.exception("writing consumption telemetry failed")
             if now >= next_retention:
                 next_retention = now + retention_every
                 self.logs.enforce_retention()

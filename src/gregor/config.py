@@ -145,6 +145,8 @@ KEYS: dict[str, Key] = {
         Key("group.max.session.timeout.ms", _POS_INT, 1800000, "largest session timeout"),
         Key("group.max.size", _int_range(1, INT_MAX), INT_MAX, "members per group"),
         Key("producer.id.expiration.ms", _int_range(1, INT_MAX), 86400000, "idle producer state expiry"),
+        Key("telemetry.interval.ms", _int_range(0, INT_MAX), 10000,
+            "how often consumption telemetry goes to __gregor_telemetry (0: never)"),
         Key("metrics.listener", _metrics_listener, "", "Prometheus endpoint, e.g. http://127.0.0.1:9404 (empty: off)"),
     ]
 }

@@ -143,3 +143,43 @@ def test_attribution_holds_across_rebalances_and_restarts(broker_factory):
     pump([w1], 6)
     assert labels() == {"workers"}
     w1.close()
+
+
+def test_telemetry_topic_keeps_consumption_history(broker_factory):
+    import json
+
+    b = broker_factory(**{"telemetry.interval.ms": "500", "group.initial.rebalance.delay.ms": "0"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("delta", 1)])["delta"].result(10)
+    p = Producer({"bootstrap.servers": b.bootstrap})
+    for _ in range(120):
+        p.produce("delta", value=b"d")
+    p.flush(10)
+    c, n = consume(b.bootstrap, "tele", "delta", 120, client_id="tele-client")
+    assert n == 120
+    c.close()  # the group stops consuming (it keeps its committed offsets)
+    time.sleep(1.5)
+    for _ in range(30):  # produced after the commit: lag
+        p.produce("delta", value=b"d")
+    p.flush(10)
+    time.sleep(1.5)
+    reader = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "telemetry-reader", "enable.auto.commit": False})
+    reader.assign([TopicPartition("__gregor_telemetry", 0, 0)])
+    rows = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        msgs = reader.consume(1000, 0.5)
+        rows += [json.loads(m.value()) for m in msgs if m.error() is None]
+        if not msgs and rows:
+            break
+    reader.close()
+    mine = [r for r in rows if r["group"] == "tele" and r["topic"] == "delta"]
+    assert mine, rows[:3]
+    assert {"ts", "broker", "broker_start", "messages", "bytes", "committed", "log_end", "lag", "time_lag_s",
+            "state"} <= set(mine[-1])
+    assert max(r["messages"] for r in mine) == 120 and mine[-1]["committed"] == 120
+    assert mine[-1]["lag"] == 30 and mine[-1]["log_end"] == 150
+    assert [r["ts"] for r in mine] == sorted(r["ts"] for r in mine)
+    # the internal topic is protected like __consumer_offsets
+    md = admin.list_topics(timeout=10)
+    assert "__gregor_telemetry" in md.topics
