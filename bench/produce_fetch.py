@@ -122,15 +122,17 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=300_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--partitions", type=int, default=1)
-    ap.add_argument("--only", choices=["gregor", "gregor-metrics", "mock", "tansu"], action="append")
+    ap.add_argument("--only", choices=["gregor", "gregor-no-metrics", "mock", "tansu"], action="append")
     args = ap.parse_args()
     n, size = args.messages, args.size
     mb = n * size / 1e6
     results: dict[str, tuple[float, float]] = {}
 
     mport = peers.free_port()
-    targets = [("gregor", peers.gregor),
-               ("gregor-metrics", lambda: peers.gregor(f"metrics.listener=http://127.0.0.1:{mport}")),
+    # "gregor": defaults plus the Prometheus endpoint (consumption counted per group);
+    # "gregor-no-metrics": endpoint and telemetry off, nothing counted: the ratio is their cost
+    targets = [("gregor-no-metrics", lambda: peers.gregor("telemetry.interval.ms=0")),
+               ("gregor", lambda: peers.gregor(f"metrics.listener=http://127.0.0.1:{mport}")),
                ("mock", peers.mock_cluster), ("tansu", peers.tansu)]
     for name, ctx in targets:
         if args.only and name not in args.only:
@@ -144,13 +146,13 @@ def main() -> None:
             tp = produce(bootstrap, topic, n, size)
             tf, fetched, fbytes = fetch(bootstrap, topic, partitions)
             results[name] = (mb / tp, fbytes / 1e6 / tf)
-            print(f"{name:14s} produce {mb / tp:8.1f} MB/s {n / tp:10.0f} msg/s | "
+            print(f"{name:17s} produce {mb / tp:8.1f} MB/s {n / tp:10.0f} msg/s | "
                   f"fetch {fbytes / 1e6 / tf:8.1f} MB/s {fetched / tf:10.0f} msg/s ({fetched} messages)", flush=True)
     lb = loopback(int(mb * 1e6))
     print(f"loopback socket {mb / lb:8.1f} MB/s (one connection, 1 MiB sends)")
     if "gregor" in results:
         g = results["gregor"]
-        for peer in ("gregor-metrics", "mock", "tansu"):
+        for peer in ("gregor-no-metrics", "mock", "tansu"):
             if peer in results:
                 r = results[peer]
                 print(f"gregor/{peer}: produce {g[0] / r[0]:.2f}x  fetch {g[1] / r[1]:.2f}x")

@@ -32,9 +32,12 @@ class ShardContext:
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
     after_commit: list[Callable[[], object]] = field(default_factory=list)
     membership_version: int = 0  # bumped whenever members or their assignments change
+    on_membership_change: Callable[[], object] | None = None
 
     def membership_changed(self) -> None:
         self.membership_version += 1
+        if self.on_membership_change is not None:
+            self.on_membership_change()
 
     def defer(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` once the current operation's records are in the log."""

@@ -62,6 +62,7 @@ class GroupCoordinatorService:
         self.runtimes: dict[int, ShardRuntime] = {}
         self.num_partitions = config["offsets.topic.num.partitions"]
         self._watchdog: asyncio.Task[None] | None = None
+        self._membership_version = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def ensure_topic(self) -> None:
@@ -101,11 +102,17 @@ class GroupCoordinatorService:
         runtime = self.runtimes.pop(partition, None)
         if runtime is not None:
             runtime.unload()
+            self._bump_membership()
 
     def _make_shard(self, partition: int, timer: Timer) -> GroupCoordinatorShard:
         from gregor.log.partition_log import now_ms
 
-        return GroupCoordinatorShard(partition, self.config, now_ms, timer, topic_exists=self._topic_exists)
+        shard = GroupCoordinatorShard(partition, self.config, now_ms, timer, topic_exists=self._topic_exists)
+        shard.ctx.on_membership_change = self._bump_membership
+        return shard
+
+    def _bump_membership(self) -> None:
+        self._membership_version += 1
 
     def _topic_exists(self, topic: str, partition: int) -> bool:
         t = self.topics.get(topic)
@@ -160,8 +167,9 @@ class GroupCoordinatorService:
         return [rt.shard for rt in self.runtimes.values() if rt.state is ShardState.ACTIVE and rt.shard]
 
     def membership_version(self) -> int:
-        """Changes whenever any group's members or assignments change (metrics attribution)."""
-        return sum(rt.shard.ctx.membership_version for rt in self.runtimes.values() if rt.shard is not None)
+        """Changes whenever any group's members or assignments change, or a shard is loaded or
+        unloaded (metrics attribution caches on it)."""
+        return self._membership_version
 
     @property
     def loading(self) -> bool:
