@@ -113,15 +113,6 @@ class AdminClient:
     def nodes(self) -> dict[int, Node]:
         return {b.node_id: Node(b.node_id, b.host, b.port) for b in self.metadata([]).brokers}
 
-    def leader_of(self, topic: str, partition: int) -> Node | None:
-        md = self.metadata([topic])
-        nodes = {b.node_id: Node(b.node_id, b.host, b.port) for b in md.brokers}
-        for t in md.topics:
-            for p in t.partitions:
-                if p.partition_index == partition:
-                    return nodes.get(p.leader_id)
-        return None
-
     def find_coordinator(self, group: str) -> tuple[Node | None, ErrorCode, str | None]:
         r = self.conn().call(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
         if hasattr(r, "coordinators"):

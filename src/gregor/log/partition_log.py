@@ -197,10 +197,7 @@ class PartitionLog:
             rb.set_partition_leader_epoch(head, 0, 0)
             self.active.append([head, memoryview(records)[rb.CRC :]], [h])
         self.producer_state.update(h)
-        self.unflushed_messages += h.records_count
-        self.dirty_since_clean += h.size
-        if self.unflushed_messages >= int(self.config["flush.messages"]):
-            self.flush()
+        self._appended(h)
         return AppendResult(offset, append_time, self.log_start_offset)
 
     def append_batch_unchecked(self, batch: bytes) -> int:
@@ -213,11 +210,15 @@ class PartitionLog:
         rb.set_base_offset(buf, 0, offset)
         h.base_offset = offset
         self.active.append([buf], [h])
+        self._appended(h)
+        return offset
+
+    def _appended(self, h: rb.BatchHeader) -> None:
+        """Bookkeeping after any append: flush policy and the cleaner's dirty count."""
         self.unflushed_messages += h.records_count
         self.dirty_since_clean += h.size
         if self.unflushed_messages >= int(self.config["flush.messages"]):
             self.flush()
-        return offset
 
     def _check_keys(self, records: bytes, h: rb.BatchHeader) -> None:
         try:

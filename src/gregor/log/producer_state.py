@@ -99,21 +99,6 @@ class ProducerStateManager:
                                            h.max_timestamp))
         entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
 
-    def expire(self, now_ms: int, expiration_ms: int) -> int:
-        stale = [pid for pid, e in self.producers.items() if 0 <= e.last_timestamp < now_ms - expiration_ms]
-        for pid in stale:
-            del self.producers[pid]
-        return len(stale)
-
-    def truncate_after(self, offset: int) -> None:
-        """Forget batches at or after ``offset`` (log truncation)."""
-        for pid in list(self.producers):
-            e = self.producers[pid]
-            kept = [b for b in e.batches if b.last_offset < offset]
-            e.batches = deque(kept, maxlen=MAX_CACHED_BATCHES)
-            if not kept:
-                del self.producers[pid]
-
     # -- snapshots ---------------------------------------------------------------------------
     def write_snapshot(self, directory: Path, offset: int) -> None:
         for old in directory.glob("*.snapshot"):

@@ -44,6 +44,3 @@ class OffsetHistory:
         frac = (committed + 1 - o0) / (o1 - o0) if o1 > o0 else 1.0
         written = t0 + min(max(frac, 0.0), 1.0) * (t1 - t0)
         return max(now_s - written, 0.0)
-
-    def forget(self, tp: tuple[str, int]) -> None:
-        self._samples.pop(tp, None)

@@ -6,7 +6,7 @@
 - ``build``: handlers describe a response as plain dicts with kio's field names, independent of
   the version; ``build`` keeps the fields the target version has and converts milliseconds and
   timestamps to kio's typed fields. Handlers therefore hold one code path for all versions.
-- ``encode_response``: header (v0, or v1 for flexible versions, ApiVersions always v0) + body.
+- ``response_header``: v0, or v1 for flexible versions (ApiVersions always v0).
 """
 
 from __future__ import annotations
@@ -145,10 +145,6 @@ def response_header(api_key: int, version: int, correlation_id: int) -> bytes:
     if api_key != ApiKey.API_VERSIONS and response_schema(api_key, version).__flexible__:
         return _I32.pack(correlation_id) + b"\x00"
     return _I32.pack(correlation_id)
-
-
-def encode_response(api_key: int, version: int, correlation_id: int, obj: Any) -> bytes:
-    return response_header(api_key, version, correlation_id) + encode_body(obj)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ class KafkaConnection(asyncio.Protocol):
         except codec.RequestDecodeError as e:
             log.warning("closing connection from %s: malformed request: %s", self.peer, e)
             raise CloseConnection from None
-        ctx = RequestContext(self.broker, header, self.peer.rsplit(":", 1)[0], self.id)
+        ctx = RequestContext(self.broker, header, self.peer.rsplit(":", 1)[0])
         started = time.perf_counter()
         try:
             result = await reg.handler(ctx, request)

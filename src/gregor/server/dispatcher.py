@@ -4,7 +4,7 @@ answers ApiVersions, so what is advertised is exactly what is implemented."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gregor.protocol.api_keys import ApiKey
@@ -20,8 +20,6 @@ class RequestContext:
     broker: Broker
     header: RequestHeader
     client_host: str
-    connection_id: int
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def version(self) -> int:
