@@ -5,6 +5,7 @@
   1 for a failure while running.
 - ``gregor groups ...`` and ``gregor topics ...``: operator tools over the Kafka protocol (they
   work against any Kafka-compatible cluster). Exit code 1 with a message on failure.
+- ``gregor lag-report ...``: the Spark job over the telemetry history (see docs/lag-report.md).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gregor import __version__
 from gregor.admin import groups_cli, topics_cli
 from gregor.admin.client import AdminError
 from gregor.config import ConfigError
+from gregor.lagreport import cli as lag_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="event loop implementation (default: uvloop when installed)")
     groups_cli.add_parser(sub)
     topics_cli.add_parser(sub)
+    lag_cli.add_parser(sub)
     return parser
 
 
@@ -50,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "lag-report":
+        return lag_cli.run(args)
     tool = {"groups": groups_cli, "topics": topics_cli}[args.command]
     try:
         return tool.run(args)

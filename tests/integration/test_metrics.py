@@ -183,3 +183,41 @@ def test_telemetry_topic_keeps_consumption_history(broker_factory):
     # the internal topic is protected like __consumer_offsets
     md = admin.list_topics(timeout=10)
     assert "__gregor_telemetry" in md.topics
+
+
+def test_groups_sharing_a_client_id_are_told_apart(broker_factory):
+    """librdkafka names every consumer 'rdkafka': three groups on one host read the same
+    partitions at the same time from different committed offsets; each group's count is exact."""
+    port = free_port()
+    b = broker_factory(**{"metrics.listener": f"http://127.0.0.1:{port}", "group.initial.rebalance.delay.ms": "0"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("shared", 2)])["shared"].result(10)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(3000):
+        p.produce("shared", value=b"s" * 64, partition=i % 2)
+    p.flush(10)
+    starts = {"g-early": 0, "g-middle": 600, "g-late": 1200}
+    for group, start in starts.items():  # committed positions, written without fetching
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition("shared", q, start) for q in (0, 1)], asynchronous=False)
+        c.close()
+    consumers = {g: Consumer({"bootstrap.servers": b.bootstrap, "group.id": g, "enable.auto.commit": False,
+                              "message.max.bytes": 4096, "fetch.max.bytes": 4096,
+                              "max.partition.fetch.bytes": 2048, "queued.max.messages.kbytes": 16})
+                 for g in starts}
+    for c in consumers.values():
+        c.subscribe(["shared"])
+    got = dict.fromkeys(starts, 0)
+    want = {g: 2 * (1500 - s) for g, s in starts.items()}
+    deadline = time.monotonic() + 60
+    while got != want and time.monotonic() < deadline:
+        for g, c in consumers.items():  # interleaved: small fetches from all three in turn
+            got[g] += sum(1 for m in c.consume(50, 0.05) if m.error() is None)
+    assert got == want
+    _, s = scrape(port)
+    consumed = dict.fromkeys(starts, 0.0)
+    for lab, v in s["gregor_group_consumed_messages_total"]:
+        consumed[lab["group"]] = consumed.get(lab["group"], 0.0) + v
+    assert consumed == want
+    for c in consumers.values():
+        c.close()

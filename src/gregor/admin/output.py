@@ -23,7 +23,10 @@ def emit(args: argparse.Namespace, data: Any, columns: list[str]) -> None:
         print("(none)")
         return
     cells = [[("-" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    print("\n".join(format_table([c.upper() for c in columns], cells)))
+
+
+def format_table(header: list[str], cells: list[list[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart, the header first."""
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
+    return ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in [header, *cells]]

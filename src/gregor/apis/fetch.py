@@ -42,8 +42,8 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes]:
     client_id = ctx.header.client_id or ""
     # attribute when the request arrives: a member that leaves during the long poll was a member
     # when it asked
-    owners = {(t, p): metrics.attribution.group_of(client_id, ctx.client_host, t, p)
-              for t, p, *_ in wanted if t is not None} if metrics is not None else {}
+    owners = {(t, p): metrics.attribution.group_of(client_id, ctx.client_host, t, p, offset, ctx.connection_state)
+              for t, p, offset, *_ in wanted if t is not None} if metrics is not None else {}
     while True:
         topics, total, any_error, served = _read_all(ctx, req, wanted)
         remaining = deadline - loop.time()
@@ -53,6 +53,11 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes]:
     if metrics is not None:
         for topic, partition, messages, nbytes in served:
             metrics.fetched(owners[(topic, partition)], topic, partition, messages, nbytes)
+        ended = {(t, p): o for t, p, o, *_ in wanted if t is not None}
+        for topic, partition, messages, _nbytes in served:
+            ended[(topic, partition)] += messages
+        for (topic, partition), end in ended.items():
+            metrics.attribution.fetched_up_to(owners[(topic, partition)], topic, partition, end)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
 
 

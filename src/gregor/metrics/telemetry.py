@@ -6,7 +6,7 @@ One record per group/topic/partition per interval; key ``group/topic/partition``
 
     {"ts": 1764000000000, "broker": 0, "broker_start": 1763990000000, "group": "billing",
      "topic": "orders", "partition": 3, "messages": 120345, "bytes": 9876543,
-     "committed": 120300, "log_end": 120400, "lag": 100, "time_lag_s": 1.7, "state": "Stable"}
+     "committed": 120300, "log_end": 120400, "lag": 100, "time_lag_s": 1.7, "state": "Stable", "members": 3}
 
 ``messages`` and ``bytes`` are counters since ``broker_start`` (a new start resets them: readers
 take deltas within one start). Groups with committed offsets but no recent fetches are included,
@@ -45,10 +45,10 @@ class TelemetryWriter:
         now_s = time.time()
         now_ms = int(now_s * 1000)
         rows: dict[tuple[str, str, int], dict[str, Any]] = {}
-        states: dict[str, str] = {}
+        states: dict[str, tuple[str, int]] = {}
         for shard in b.coordinator.active_shards():
             for group_id, group in shard.groups.items():
-                states[group_id] = group.state.value
+                states[group_id] = (group.state.value, len(group.members))
             for group_id, offsets in shard.offsets_mgr.offsets.items():
                 for (topic, partition), v in offsets.items():
                     plog = b.logs.get(topic, partition)
@@ -67,7 +67,8 @@ class TelemetryWriter:
             out.append({"ts": now_ms, "broker": b.node_id, "broker_start": self.started_ms, "group": group_id,
                         "topic": topic, "partition": partition, "messages": r.get("messages", 0),
                         "bytes": r.get("bytes", 0), "committed": r["committed"], "log_end": r["log_end"],
-                        "lag": r["lag"], "time_lag_s": r["time_lag_s"], "state": states.get(group_id, "")})
+                        "lag": r["lag"], "time_lag_s": r["time_lag_s"], "state": states.get(group_id, ("", 0))[0],
+                        "members": states.get(group_id, ("", 0))[1]})
         return out
 
     def write(self) -> int:

@@ -51,6 +51,7 @@ class KafkaConnection(asyncio.Protocol):
         self._reading_paused = False
         self._closed = False
         self._worker: asyncio.Task[None] | None = None
+        self.state: dict[object, object] = {}  # RequestContext.connection_state
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -147,7 +148,7 @@ class KafkaConnection(asyncio.Protocol):
         except codec.RequestDecodeError as e:
             log.warning("closing connection from %s: malformed request: %s", self.peer, e)
             raise CloseConnection from None
-        ctx = RequestContext(self.broker, header, self.peer.rsplit(":", 1)[0])
+        ctx = RequestContext(self.broker, header, self.peer.rsplit(":", 1)[0], self.state)
         started = time.perf_counter()
         try:
             result = await reg.handler(ctx, request)

@@ -4,7 +4,7 @@ answers ApiVersions, so what is advertised is exactly what is implemented."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gregor.protocol.api_keys import ApiKey
@@ -20,6 +20,9 @@ class RequestContext:
     broker: Broker
     header: RequestHeader
     client_host: str
+    # state that lives as long as the connection (one client instance): the fetch path keeps the
+    # group each partition's fetches on this connection were attributed to
+    connection_state: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def version(self) -> int:

@@ -102,8 +102,11 @@ def to_json(offsets: dict[TP, int]) -> dict[str, dict[str, int]]:
     return out
 
 
+META = "__gregor"  # the checkpoint entry that is not a topic (the consumer group to commit to)
+
+
 def from_json(data: dict[str, Any]) -> dict[TP, int]:
-    return {(t, int(p)): int(o) for t, parts in data.items() if not t.startswith("__") for p, o in parts.items()}
+    return {(t, int(p)): int(o) for t, parts in data.items() if t != META for p, o in parts.items()}
 
 
 def arrow_schema() -> Any:

@@ -27,7 +27,7 @@ from gregor.spark.options import SourceOptions, parse_options
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
           "timestampType int, headers array<struct<key: string, value: binary>>")
-META = "__gregor"
+META = kafka_io.META
 
 
 class RangePartition(InputPartition):

@@ -1,0 +1,223 @@
+"""The report over the job's tables: a self-contained HTML page with plots, and a summary.
+
+Plots are drawn from small, downsampled frames computed by Spark (at most ``BUCKETS`` points
+per line), so the page stays small whatever the volume of telemetry.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gregor.admin.output import format_table
+from gregor.lagreport import charts, rules
+from gregor.lagreport.job import STATUS_RANK, JobOptions
+
+BUCKETS = 240
+FOCUS_GROUPS = 8
+TIMELINE_GROUPS = 20
+FOCUS_PARTITIONS = 8
+TABLE_ROWS = 200
+GROUP_RANK = {rules.OK: 0, rules.WARNING: 1, rules.ERROR: 2}
+
+
+@dataclass
+class Summary:
+    t0: int | None
+    t1: int | None
+    samples: int
+    window: int
+    groups: list[dict[str, Any]] = field(default_factory=list)  # worst first
+    top_lagging: list[dict[str, Any]] = field(default_factory=list)
+    partitions: list[dict[str, Any]] = field(default_factory=list)  # not OK, worst first
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(rules.GROUP_STATUSES, 0)
+        for g in self.groups:
+            out[g["status"]] = out.get(g["status"], 0) + 1
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {"from_ms": self.t0, "to_ms": self.t1, "samples": self.samples, "window": self.window,
+                "status_counts": self.counts(), "groups": self.groups, "top_lagging": self.top_lagging,
+                "partitions_not_ok": self.partitions}
+
+
+def _rows(df: Any) -> list[dict[str, Any]]:
+    return [r.asDict() for r in df.collect()]
+
+
+def _group_rank(F: Any) -> Any:  # noqa: N803 - pyspark.sql.functions
+    return F.when(F.col("status") == rules.ERROR, 2).when(F.col("status") == rules.WARNING, 1).otherwise(0)
+
+
+def summarise(spark: Any, paths: dict[str, Path], opts: JobOptions) -> Summary:
+    from pyspark.sql import functions as F
+
+    samples = spark.read.parquet(str(paths["samples"]))
+    bounds = samples.agg(F.min("ts").alias("t0"), F.max("ts").alias("t1"), F.count("*").alias("n")).first()
+    groups = (spark.read.parquet(str(paths["group_status"])).withColumn("_r", _group_rank(F))
+              .orderBy(F.col("_r").desc(), F.col("total_lag").desc_nulls_last(), "group").drop("_r"))
+    part_rank = F.lit(0)
+    for name, rank in STATUS_RANK.items():
+        part_rank = F.when(F.col("status") == name, rank).otherwise(part_rank)
+    partitions = (spark.read.parquet(str(paths["partition_status"])).where(F.col("status") != rules.OK)
+                  .withColumn("_r", part_rank).orderBy(F.col("_r").desc(), F.col("lag").desc_nulls_last())
+                  .drop("_r").limit(TABLE_ROWS))
+    keep = ["group", "status", "partitions", "total_lag", "max_time_lag_s", "messages_per_s", "members", "state",
+            "worst_partition", "worst_partition_status", "last_seen", "last_commit_ts"]
+    return Summary(bounds["t0"], bounds["t1"], bounds["n"], opts.window, _rows(groups.select(*keep)),
+                   _rows(spark.read.parquet(str(paths["top_lagging"])).select(*keep)),
+                   _rows(partitions.select("group", "topic", "partition", "status", "committed", "log_end", "lag",
+                                           "time_lag_s", "members", "ts", "last_commit_ts")))
+
+
+def chart_frames(spark: Any, paths: dict[str, Path], summary: Summary) -> dict[str, Any]:
+    """Downsampled pandas frames for the plots."""
+    from pyspark.sql import functions as F
+
+    t0, t1 = summary.t0 or 0, summary.t1 or 0
+    step = max((t1 - t0) // BUCKETS + 1, 1)
+    bucket = F.floor((F.col("ts") - t0) / step).cast("long")
+    focus = [g["group"] for g in summary.groups[:FOCUS_GROUPS]]
+    timeline_groups = [g["group"] for g in summary.groups[:TIMELINE_GROUPS]]
+    tl = spark.read.parquet(str(paths["group_timeline"]))
+    lag = (tl.where(F.col("group").isin(focus)).withColumn("bucket", bucket).groupBy("group", "bucket")
+           .agg(F.max("total_lag").alias("total_lag"), F.max("max_time_lag_s").alias("max_time_lag_s"),
+                F.avg("messages_per_s").alias("messages_per_s"))
+           .withColumn("ts", F.col("bucket") * step + t0).toPandas())
+    worst_rank = F.greatest(*[F.when(F.col(f"partitions_{s.lower()}") > 0, r).otherwise(0)
+                              for s, r in STATUS_RANK.items()])
+    names = F.create_map(*[x for s, r in STATUS_RANK.items() for x in (F.lit(r), F.lit(s))])
+    timeline = (tl.where(F.col("group").isin(timeline_groups)).withColumn("bucket", bucket)
+                .groupBy("group", "bucket").agg(F.max(worst_rank).alias("_w"))
+                .withColumn("worst", names[F.col("_w")]).withColumn("start", F.col("bucket") * step + t0)
+                .toPandas())
+    order = {g: i for i, g in enumerate(timeline_groups)}
+    timeline = timeline.sort_values(by="group", key=lambda s: s.map(order)) if not timeline.empty else timeline
+    thr = spark.read.parquet(str(paths["partition_throughput"])).withColumn(
+        "name", F.concat_ws("-", "topic", F.col("partition").cast("string")))
+    busiest = [r["name"] for r in thr.groupBy("name").agg(F.sum("bytes_per_s").alias("b"))
+               .orderBy(F.col("b").desc_nulls_last()).limit(FOCUS_PARTITIONS).collect()]
+    throughput = (thr.where(F.col("name").isin(busiest)).withColumn("bucket", bucket).groupBy("name", "bucket")
+                  .agg(F.avg("messages_per_s").alias("messages_per_s"))
+                  .withColumn("ts", F.col("bucket") * step + t0).toPandas())
+    return {"lag": lag, "timeline": timeline, "throughput": throughput}
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _num(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}"
+
+
+def _badge(status: str | None) -> str:
+    color = charts.STATUS_COLORS.get(status or "", charts.NO_DATA)
+    return f'<span class="badge" style="background:{color}">{html.escape(status or "-")}</span>'
+
+
+def _table(headers: list[str], rows: list[list[str]], empty: str) -> str:
+    if not rows:
+        return f'<p class="empty">{html.escape(empty)}</p>'
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _group_rows(groups: list[dict[str, Any]]) -> list[list[str]]:
+    e = html.escape
+    return [[e(g["group"]), _badge(g["status"]), _num(g["partitions"]), _num(g["total_lag"]),
+             _num(g["max_time_lag_s"], 1), _num(g["messages_per_s"], 1), _num(g["members"]), e(g["state"] or "-"),
+             f'{e(g["worst_partition"] or "-")} {_badge(g["worst_partition_status"])}', _when(g["last_commit_ts"])]
+            for g in groups[:TABLE_ROWS]]
+
+
+GROUP_HEADERS = ["group", "status", "partitions", "lag", "time lag (s)", "msg/s", "members", "state",
+                 "worst partition", "last commit"]
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
+header{background:#1d2330;color:#fff;padding:20px 32px}header h1{margin:0 0 4px;font-size:22px}
+header p{margin:0;color:#c5cad3;font-size:14px}main{padding:20px 32px;max-width:1280px}
+section{background:#fff;border-radius:8px;padding:16px 20px;margin:0 0 18px;box-shadow:0 1px 3px rgba(0,0,0,.08)}
+h2{font-size:16px;margin:0 0 12px}.cards{display:flex;gap:14px;margin-bottom:18px}
+.card{flex:1;background:#fff;border-radius:8px;padding:14px 18px;box-shadow:0 1px 3px rgba(0,0,0,.08);
+border-top:4px solid var(--c)}.card b{display:block;font-size:28px}.card span{color:#5b6270;font-size:13px}
+table{border-collapse:collapse;width:100%;font-size:13px}th{text-align:left;color:#5b6270;font-weight:600;
+border-bottom:2px solid #e5e7eb;padding:6px 8px}td{border-bottom:1px solid #eef0f3;padding:6px 8px}
+.badge{color:#fff;border-radius:10px;padding:2px 8px;font-size:11px;font-weight:700;letter-spacing:.3px}
+.plot svg{width:100%;height:auto}.empty{color:#5b6270}ol{font-size:14px;line-height:1.5}
+"""
+RULES_HTML = """<ol>
+<li><b>OK</b> when the lag was zero in any sample of the window, or fewer than two samples exist.</li>
+<li><b>REWIND</b> when the committed offset went down between two consecutive samples.</li>
+<li><b>STOP</b> when nothing was committed during the window and the group has no live members.</li>
+<li><b>STALL</b> when the committed offset did not move over the window while there is lag.</li>
+<li><b>WARNING</b> when offsets move but the lag never went down between two samples.</li>
+<li><b>OK</b> otherwise. A group is <b>ERROR</b> when any partition is STALL, STOP or REWIND,
+<b>WARNING</b> when any partition is WARNING.</li></ol>"""
+
+
+def render_html(summary: Summary, frames: dict[str, Any], opts: JobOptions) -> str:
+    e = html.escape
+    counts = summary.counts()
+    cards = "".join(f'<div class="card" style="--c:{charts.STATUS_COLORS[s]}"><b>{counts[s]}</b>'
+                    f'<span>groups {s}</span></div>' for s in rules.GROUP_STATUSES)
+    lag_svg = charts.lines(frames["lag"], "group", "total_lag", "Lag over time per group", "messages behind")
+    tlag_svg = charts.lines(frames["lag"], "group", "max_time_lag_s", "Time lag per group", "seconds behind")
+    thr_svg = charts.lines(frames["throughput"], "name", "messages_per_s", "Consumption throughput per partition",
+                           "messages/s (all groups)")
+    status_svg = charts.status_timeline(frames["timeline"], summary.t0 or 0, summary.t1 or 0)
+    top_rows = [[e(g["group"]), _num(g["total_lag"]), _num(g["max_time_lag_s"], 1), _badge(g["status"])]
+                for g in summary.top_lagging]
+    part_rows = [[e(p["group"]), e(f'{p["topic"]}-{p["partition"]}'), _badge(p["status"]), _num(p["committed"]),
+                  _num(p["log_end"]), _num(p["lag"]), _num(p["time_lag_s"], 1), _num(p["members"]),
+                  _when(p["last_commit_ts"])] for p in summary.partitions]
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Gregor lag report</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>
+<body><header><h1>Consumer lag report</h1>
+<p>{e(opts.bootstrap)} · {_when(summary.t0)} to {_when(summary.t1)} · {summary.samples:,} samples ·
+window {summary.window} samples · generated {_when(int(dt.datetime.now(dt.UTC).timestamp() * 1000))}</p></header>
+<main><div class="cards">{cards}</div>
+<section><h2>Groups</h2>{_table(GROUP_HEADERS, _group_rows(summary.groups), "No consumer groups in this period.")}
+</section>
+<section class="plot" id="status-timeline">{status_svg}</section>
+<section class="plot" id="lag-over-time">{lag_svg}</section>
+<section class="plot" id="time-lag">{tlag_svg}</section>
+<section class="plot" id="throughput">{thr_svg}</section>
+<section><h2>Top lagging groups</h2>{_table(["group", "lag", "time lag (s)", "status"], top_rows,
+                                            "No group has lag.")}</section>
+<section><h2>Partitions not OK</h2>{_table(["group", "partition", "status", "committed", "log end", "lag",
+                                             "time lag (s)", "members", "last commit"], part_rows,
+                                            "Every partition is OK.")}</section>
+<section><h2>How statuses are decided</h2>{RULES_HTML}</section>
+</main></body></html>
+"""
+
+
+def terminal_summary(summary: Summary, html_path: Path, tables_dir: Path) -> str:
+    counts = summary.counts()
+    lines = [f"Lag report {_when(summary.t0)} to {_when(summary.t1)}: {summary.samples:,} samples, "
+             f"{len(summary.groups)} groups (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"), "
+             f"window {summary.window} samples", ""]
+    header = ["GROUP", "STATUS", "PARTS", "LAG", "TIME-LAG-S", "MSG/S", "WORST"]
+    rows = [[g["group"], g["status"], _num(g["partitions"]), _num(g["total_lag"]), _num(g["max_time_lag_s"], 1),
+             _num(g["messages_per_s"], 1), f'{g["worst_partition"] or "-"} {g["worst_partition_status"] or ""}']
+            for g in summary.groups[:20]]
+    lines += format_table(header, rows)
+    if len(summary.groups) > 20:
+        lines.append(f"... {len(summary.groups) - 20} more groups in the report")
+    if summary.top_lagging:
+        lines += ["", "Top lagging: " + ", ".join(f'{g["group"]} ({_num(g["total_lag"])})'
+                                                  for g in summary.top_lagging[:5])]
+    lines += ["", f"HTML report: {html_path}", f"Parquet tables: {tables_dir}"]
+    return "\n".join(lines)
