@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
-APT_PACKAGES := kcat
+APT_PACKAGES := kcat chromium
 
 .PHONY: setup system-deps run test lint bench clean
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
-# Debian packages the tests use (kcat; Java 17+ for Spark). Installed with apt-get when missing;
+# Debian packages the tests use (kcat; chromium to look at the lag report; Java 17+ for Spark). Installed with apt-get when missing;
 # needs root or sudo.
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
