@@ -51,13 +51,13 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes]:
             break
         await ctx.broker.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
     if metrics is not None:
+        moved: dict[tuple[str, int], int] = {}
         for topic, partition, messages, nbytes in served:
             metrics.fetched(owners[(topic, partition)], topic, partition, messages, nbytes)
-        ended = {(t, p): o for t, p, o, *_ in wanted if t is not None}
-        for topic, partition, messages, _nbytes in served:
-            ended[(topic, partition)] += messages
-        for (topic, partition), end in ended.items():
-            metrics.attribution.fetched_up_to(owners[(topic, partition)], topic, partition, end)
+            moved[(topic, partition)] = messages
+        for t, p, offset, *_ in wanted:  # where each partition's next fetch should start
+            if t is not None:
+                metrics.attribution.fetched_up_to(owners[(t, p)], t, p, offset + moved.get((t, p), 0))
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
 
 

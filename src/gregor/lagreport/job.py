@@ -170,7 +170,8 @@ def _group_status_col(rank_col: Any) -> Any:
             .when(rank_col == STATUS_RANK[rules.WARNING], rules.WARNING).otherwise(rules.OK))
 
 
-def _rank(col: Any) -> Any:
+def status_rank(col: Any) -> Any:
+    """A partition status column as its rank in STATUS_RANK (worse is higher)."""
     from pyspark.sql import functions as F
 
     expr = F.lit(0)
@@ -187,7 +188,7 @@ def derive(samples: Any, top: int) -> dict[str, Any]:
     per_status = [F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(f"partitions_{s.lower()}")
                   for s in rules.PARTITION_STATUSES]
     timeline = (samples.groupBy("group", "ts")
-                .agg(F.max(_rank(F.col("status"))).alias("_worst"), F.count("*").alias("partitions"),
+                .agg(F.max(status_rank(F.col("status"))).alias("_worst"), F.count("*").alias("partitions"),
                      F.sum("lag").alias("total_lag"), F.max("time_lag_s").alias("max_time_lag_s"),
                      F.sum("messages_per_s").alias("messages_per_s"), F.sum("bytes_per_s").alias("bytes_per_s"),
                      F.max("members").alias("members"), *per_status)
@@ -200,7 +201,7 @@ def derive(samples: Any, top: int) -> dict[str, Any]:
     newest_group = Window.partitionBy("group").orderBy(F.col("ts").desc())
     latest = timeline.withColumn("_n", F.row_number().over(newest_group)).where(F.col("_n") == 1).drop("_n")
     worst = (partition_status.where(F.col("status").isNotNull())
-             .withColumn("_r", _rank(F.col("status")))
+             .withColumn("_r", status_rank(F.col("status")))
              .withColumn("_n", F.row_number().over(Window.partitionBy("group").orderBy(
                  F.col("_r").desc(), F.col("lag").desc_nulls_last(), "topic", "partition")))
              .where(F.col("_n") == 1)

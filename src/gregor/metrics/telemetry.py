@@ -64,11 +64,12 @@ class TelemetryWriter:
             r["messages"], r["bytes"] = messages, nbytes
         out = []
         for (group_id, topic, partition), r in sorted(rows.items()):
+            state, members = states.get(group_id, ("", 0))
             out.append({"ts": now_ms, "broker": b.node_id, "broker_start": self.started_ms, "group": group_id,
                         "topic": topic, "partition": partition, "messages": r.get("messages", 0),
                         "bytes": r.get("bytes", 0), "committed": r["committed"], "log_end": r["log_end"],
-                        "lag": r["lag"], "time_lag_s": r["time_lag_s"], "state": states.get(group_id, ("", 0))[0],
-                        "members": states.get(group_id, ("", 0))[1]})
+                        "lag": r["lag"], "time_lag_s": r["time_lag_s"], "state": state,
+                        "members": members})
         return out
 
     def write(self) -> int:
