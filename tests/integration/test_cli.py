@@ -128,3 +128,20 @@ def test_bad_arguments():
     r = subprocess.run([sys.executable, "-m", "gregor", "groups", "--bootstrap-server", "nonsense", "list"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and "host:port" in r.stderr
+
+
+def test_lag_report_bad_input_fails_before_spark(broker_factory, tmp_path):
+    """Bad arguments exit 2; an unreachable cluster or a broker without telemetry exit 1 with the
+    reason, before any Spark job starts, and nothing is written."""
+    out = tmp_path / "report"
+    for args, says in ((["--window", "1"], "at least 2"), (["--since", "yesterday"], "not a time"),
+                       (["--conf", "nokey"], "KEY=VALUE")):
+        rc, _, err = gregor("127.0.0.1:9", "lag-report", "--out", str(out), *args)
+        assert rc == 2 and says in err, err
+    rc, _, err = gregor("127.0.0.1:9", "lag-report", "--out", str(out))
+    assert rc == 1 and "cannot reach 127.0.0.1:9" in err, err
+    b = broker_factory(**{"telemetry.interval.ms": "0"})
+    rc, _, err = gregor(b.bootstrap, "lag-report", "--out", str(out))
+    assert rc == 1 and "no topic __gregor_telemetry" in err, err
+    assert not out.exists()
+    assert b.alive()

@@ -51,6 +51,14 @@ def test_batch_read_equals_plain_consumer(spark, broker):
     assert sorted(r.offset for r in part) == list(range(10, 20))
 
 
+def test_batch_read_of_an_empty_topic_is_empty(spark, broker):
+    create(broker.bootstrap, "sp-empty", 2)
+    df = (spark.read.format("gregor").option("bootstrap.servers", broker.bootstrap)
+          .option("subscribe", "sp-empty").load())
+    assert df.count() == 0
+    assert df.where("partition = 0").collect() == []
+
+
 def test_write_then_read_back_with_headers(spark, broker):
     create(broker.bootstrap, "sp-write", 2)
     rows = [(b"a", b"1", 0, [("h1", b"x")]), (b"b", b"2", 1, [("h2", b"y"), ("h3", None)]), (None, b"3", 0, None)]

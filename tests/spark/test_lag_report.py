@@ -288,3 +288,17 @@ def test_report_renders_its_plots_in_a_browser(report, tmp_path):
     dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", (out / "report.html").as_uri()], capture_output=True,
                          text=True, timeout=120, check=True).stdout
     assert dom.count("<svg") == 4 and "Status timeline" in dom
+
+
+def test_report_without_samples_yet(spark, broker_factory, tmp_path):
+    """A new broker: the telemetry topic is empty; the job writes empty tables and says why."""
+    from gregor.lagreport import job, report
+
+    b = broker_factory(**{"telemetry.interval.ms": "60000"})
+    opts = job.JobOptions(b.bootstrap, tmp_path / "out")
+    paths = job.run(spark, opts)
+    summary = report.summarise(spark, paths, opts)
+    assert summary.samples == 0 and summary.groups == []
+    page = report.render_html(summary, report.chart_frames(spark, paths, summary), opts)
+    assert page.count("<svg") == 4 and "no data in this period" in page
+    assert "No telemetry samples" in report.terminal_summary(summary, tmp_path / "r.html", tmp_path)

@@ -28,5 +28,5 @@ def emit(args: argparse.Namespace, data: Any, columns: list[str]) -> None:
 
 def format_table(header: list[str], cells: list[list[str]]) -> list[str]:
     """Left-aligned columns two spaces apart, the header first."""
-    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
+    widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(header)]
     return ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in [header, *cells]]

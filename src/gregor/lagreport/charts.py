@@ -88,8 +88,12 @@ def status_timeline(frame: Any, t0: int, t1: int) -> str:
             starts = [mdates.date2num(d) for d in _dates(cells["start"])]
             ax.broken_barh([(s, width_days) for s in starts], (row - 0.38, 0.76),
                            facecolors=STATUS_COLORS.get(status, NO_DATA), edgecolor="none")
-    ax.set_yticks(range(len(groups)), labels=groups)
-    ax.set_ylim(len(groups) - 0.5, -0.5)
+    if groups:
+        ax.set_yticks(range(len(groups)), labels=groups)
+        ax.set_ylim(len(groups) - 0.5, -0.5)
+    else:
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, "no data in this period", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlim(mdates.date2num(_dates(t0)), mdates.date2num(_dates(t1)) + width_days)
     ax.xaxis_date()
     _time_axis(ax)

@@ -75,6 +75,27 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
+def preflight(opts: JobOptions) -> str | None:
+    """Why the job cannot run, found before Spark starts (unreachable cluster, missing topic)."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        topics = AdminClient({"bootstrap.servers": opts.bootstrap, "log_level": 0}).list_topics(timeout=10).topics
+    except Exception as e:  # noqa: BLE001 - KafkaException and friends: report, don't trace
+        return f"cannot reach {opts.bootstrap}: {e}"
+    if opts.telemetry_topic not in topics:
+        return (f"{opts.bootstrap} has no topic {opts.telemetry_topic}: is telemetry on there "
+                "(telemetry.interval.ms > 0 on a Gregor broker)?")
+    return None
+
+
+def cause(e: BaseException) -> str:
+    """The innermost error message in a Spark exception (which carries Python and JVM traces)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[\w.]+(Error|Exception)(: |$)", line)]
+    return errors[-1] if errors else (lines[0] if lines else type(e).__name__)
+
+
 def session(args: argparse.Namespace) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -105,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
     if opts.since_ms is not None and opts.until_ms is not None and opts.since_ms > opts.until_ms:
         print("gregor lag-report: --since is after --until", file=sys.stderr)
         return 2
+    problem = preflight(opts)
+    if problem:
+        print(f"gregor lag-report: {problem}", file=sys.stderr)
+        return 1
     started = time.monotonic()
     spark = session(args)
     try:
@@ -112,8 +137,7 @@ def run(args: argparse.Namespace) -> int:
         summary = report.summarise(spark, paths, opts)
         frames = report.chart_frames(spark, paths, summary)
     except Exception as e:  # Spark wraps the connector's errors; show the cause, not the JVM trace
-        first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
-        print(f"gregor lag-report: the job failed: {first}", file=sys.stderr)
+        print(f"gregor lag-report: the job failed: {cause(e)}", file=sys.stderr)
         return 1
     finally:
         spark.stop()

@@ -14,7 +14,7 @@ from typing import Any
 
 from gregor.admin.output import format_table
 from gregor.lagreport import charts, rules
-from gregor.lagreport.job import STATUS_RANK, JobOptions
+from gregor.lagreport.job import STATUS_RANK, JobOptions, status_rank
 
 BUCKETS = 240
 FOCUS_GROUPS = 8
@@ -61,11 +61,9 @@ def summarise(spark: Any, paths: dict[str, Path], opts: JobOptions) -> Summary:
     bounds = samples.agg(F.min("ts").alias("t0"), F.max("ts").alias("t1"), F.count("*").alias("n")).first()
     groups = (spark.read.parquet(str(paths["group_status"])).withColumn("_r", _group_rank(F))
               .orderBy(F.col("_r").desc(), F.col("total_lag").desc_nulls_last(), "group").drop("_r"))
-    part_rank = F.lit(0)
-    for name, rank in STATUS_RANK.items():
-        part_rank = F.when(F.col("status") == name, rank).otherwise(part_rank)
     partitions = (spark.read.parquet(str(paths["partition_status"])).where(F.col("status") != rules.OK)
-                  .withColumn("_r", part_rank).orderBy(F.col("_r").desc(), F.col("lag").desc_nulls_last())
+                  .withColumn("_r", status_rank(F.col("status")))
+                  .orderBy(F.col("_r").desc(), F.col("lag").desc_nulls_last())
                   .drop("_r").limit(TABLE_ROWS))
     keep = ["group", "status", "partitions", "total_lag", "max_time_lag_s", "messages_per_s", "members", "state",
             "worst_partition", "worst_partition_status", "last_seen", "last_commit_ts"]
@@ -209,6 +207,9 @@ def terminal_summary(summary: Summary, html_path: Path, tables_dir: Path) -> str
     lines = [f"Lag report {_when(summary.t0)} to {_when(summary.t1)}: {summary.samples:,} samples, "
              f"{len(summary.groups)} groups (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"), "
              f"window {summary.window} samples", ""]
+    if not summary.samples:
+        lines.insert(0, "No telemetry samples in this period (the broker writes one every telemetry.interval.ms "
+                        "for each group with committed offsets or fetches).")
     header = ["GROUP", "STATUS", "PARTS", "LAG", "TIME-LAG-S", "MSG/S", "WORST"]
     rows = [[g["group"], g["status"], _num(g["partitions"]), _num(g["total_lag"]), _num(g["max_time_lag_s"], 1),
              _num(g["messages_per_s"], 1), f'{g["worst_partition"] or "-"} {g["worst_partition_status"] or ""}']

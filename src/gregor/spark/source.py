@@ -51,6 +51,13 @@ def plan_ranges(starts: dict[kafka_io.TP, int], ends: dict[kafka_io.TP, int], mi
     return out
 
 
+def _read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
+    if not isinstance(partition, RangePartition):
+        return iter(())  # nothing to read: Spark still runs one task with a placeholder partition
+    return kafka_io.read_range_arrow(opts.client, partition.topic, partition.partition, partition.start,
+                                     partition.end, opts.fail_on_data_loss)
+
+
 class GregorDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -98,9 +105,7 @@ class BatchReader(DataSourceReader):
         return plan_ranges(starts, ends, self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
-        yield from kafka_io.read_range_arrow(self.opts.client, partition.topic, partition.partition,
-                                             partition.start, partition.end, self.opts.fail_on_data_loss)
+        return _read_range(self.opts, partition)
 
 
 class StreamReader(DataSourceStreamReader):
@@ -157,9 +162,7 @@ class StreamReader(DataSourceStreamReader):
         return plan_ranges(begin, stop, self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, RangePartition)
-        yield from kafka_io.read_range_arrow(self.opts.client, partition.topic, partition.partition,
-                                             partition.start, partition.end, self.opts.fail_on_data_loss)
+        return _read_range(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark calls this only when it plans the next batch; group commits happen in
