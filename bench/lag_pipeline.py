@@ -57,7 +57,7 @@ def generate(bootstrap: str, n: int) -> tuple[int, int]:
     t0 = int(time.time() * 1000) - samples * STEP_MS
     template = ('{{"ts":{ts},"broker":0,"broker_start":{start},"group":"{g}","topic":"{t}","partition":{p},'
                 '"messages":{m},"bytes":{b},"committed":{c},"log_end":{e},"lag":{lag},"time_lag_s":{tl},'
-                '"state":"{state}","members":{mem}}}')
+                '"state":"{state}","members":{mem},"commit_ts":{ct}}}')
     tel = commits = 0
 
     def send(topic: str, value: bytes, key: bytes) -> None:
@@ -75,6 +75,7 @@ def generate(bootstrap: str, n: int) -> tuple[int, int]:
             key = f"{group}/{topic}/{part}".encode()
             ckey = records.encode_key(records.OffsetCommitKey(group, topic, part))
             end = committed = consumed = 0
+            last_commit = "null"
             members = 0 if kind == "stopped" else 3
             for i in range(samples):
                 ts = t0 + i * STEP_MS
@@ -90,16 +91,17 @@ def generate(bootstrap: str, n: int) -> tuple[int, int]:
                 consumed = max(consumed, committed)
                 committing = not (kind in ("stalled", "stopped") and i >= samples // 2)
                 state = "Empty" if kind == "stopped" and i >= samples // 2 else "Stable"
-                value = template.format(ts=ts, start=t0, g=group, t=topic, p=part, m=consumed, b=consumed * 200,
-                                        c=committed, e=end, lag=end - committed, tl=round((end - committed) / 10, 1),
-                                        state=state, mem=0 if state == "Empty" else members)
-                send(TELEMETRY, value.encode(), key)
-                tel += 1
                 if committing and i % 10 == 0:
                     cval = records.encode_value(records.OffsetCommitValue(committed, "", ts - 1000))
                     assert cval is not None
                     send(OFFSETS, cval, ckey)
                     commits += 1
+                    last_commit = str(ts - 1000)
+                value = template.format(ts=ts, start=t0, g=group, t=topic, p=part, m=consumed, b=consumed * 200,
+                                        c=committed, e=end, lag=end - committed, tl=round((end - committed) / 10, 1),
+                                        state=state, mem=0 if state == "Empty" else members, ct=last_commit)
+                send(TELEMETRY, value.encode(), key)
+                tel += 1
         p.poll(0)
     p.flush(120)
     return tel, commits
@@ -118,18 +120,8 @@ def run_spark(bootstrap: str, master: str, out: Path) -> tuple[float, dict]:
 
 
 SQL = """
-CREATE TABLE both_ AS
-  SELECT "group", topic, "partition", ts, committed, log_end, lag, time_lag_s, state, members, messages, bytes,
-         broker_start, NULL::BIGINT AS _commit FROM tel
-  UNION ALL
-  SELECT "group", topic, "partition", commit_ts, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, commit_ts
-  FROM commits;
 CREATE TABLE samples AS
-WITH upto AS (
-  SELECT *, max(_commit) OVER (PARTITION BY "group", topic, "partition" ORDER BY ts, _commit NULLS LAST
-                               ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS last_commit_ts
-  FROM both_),
-s AS (SELECT * EXCLUDE (_commit) FROM upto WHERE _commit IS NULL),
+WITH s AS (SELECT * EXCLUDE (commit_ts), commit_ts AS last_commit_ts FROM tel),
 st AS (
   SELECT *,
     (ts - lag(ts) OVER o) / 1000.0 AS _secs,
@@ -210,10 +202,11 @@ def run_duckdb(bootstrap: str, out: Path, tel_count: int, commit_count: int, win
     db.execute(f"""CREATE TABLE tel AS SELECT * FROM read_json('{tel_path}', format='newline_delimited',
         columns={{ts: 'BIGINT', broker: 'INTEGER', broker_start: 'BIGINT', "group": 'VARCHAR', topic: 'VARCHAR',
                  "partition": 'INTEGER', messages: 'BIGINT', bytes: 'BIGINT', committed: 'BIGINT',
-                 log_end: 'BIGINT', lag: 'BIGINT', time_lag_s: 'DOUBLE', state: 'VARCHAR', members: 'INTEGER'}})""")
+                 log_end: 'BIGINT', lag: 'BIGINT', time_lag_s: 'DOUBLE', state: 'VARCHAR', members: 'INTEGER',
+                 commit_ts: 'BIGINT'}})""")
     db.execute("CREATE TABLE commits AS SELECT * FROM commits")
     db.execute(SQL.format(w1=window - 1, w2=window - 2))
-    for table in ("samples", "group_timeline", "partition_throughput", "partition_status", "group_status",
+    for table in ("commits", "samples", "group_timeline", "partition_throughput", "partition_status", "group_status",
                   "top_lagging"):
         db.execute(f"COPY {table} TO '{out / table}.parquet' (FORMAT parquet)")
     counts = dict(db.execute("SELECT status, count(*) FROM samples GROUP BY status").fetchall())

@@ -7,7 +7,8 @@ Tables (under ``<out>/tables/``):
   (group, topic, partition, ts, committed, log_end, lag, time_lag_s, state, members,
   messages_per_s, bytes_per_s, last_commit_ts, window_samples, status);
 - ``commits``: every offset commit still in ``__consumer_offsets`` (group, topic, partition,
-  offset, commit_ts, metadata);
+  offset, commit_ts, metadata): the commit history, which compaction thins out over time (the
+  statuses use the newest commit time each telemetry sample carries);
 - ``group_timeline``: per group and sample time, the group status, total lag, largest time lag,
   consumption rate and the count of partitions per status;
 - ``partition_throughput``: per topic-partition and sample time, messages/s and bytes/s read by
@@ -32,7 +33,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 KEY = ["group", "topic", "partition"]
 TELEMETRY_SCHEMA = ("ts long, broker int, broker_start long, group string, topic string, partition int, "
                     "messages long, bytes long, committed long, log_end long, lag long, time_lag_s double, "
-                    "state string, members int")
+                    "state string, members int, commit_ts long")
 COMMITS_SCHEMA = "group string, topic string, partition int, offset long, commit_ts long, metadata string"
 STATUS_RANK = {rules.OK: 0, rules.WARNING: 1, rules.STALL: 2, rules.STOP: 3, rules.REWIND: 4}
 TABLES = ("samples", "commits", "group_timeline", "partition_throughput", "partition_status", "group_status",
@@ -52,7 +53,7 @@ class JobOptions:
 
 
 def _read_topic(spark: Any, opts: JobOptions, topic: str) -> Any:
-    parallelism = max(2, spark.sparkContext.defaultParallelism)
+    parallelism = 4 * max(1, spark.sparkContext.defaultParallelism)  # more ranges than cores: measured faster
     return (spark.read.format("gregor").option("bootstrap.servers", opts.bootstrap).option("subscribe", topic)
             .option("startingOffsets", "earliest").option("failOnDataLoss", "false")
             .option("minPartitions", str(parallelism)).load())
@@ -110,24 +111,16 @@ def load_commits(spark: Any, opts: JobOptions) -> Any:
     return commits
 
 
-def evaluate(samples: Any, commits: Any, window: int) -> Any:
-    """Samples -> samples with rates, the newest commit time and the sliding-window status
-    (the rules of :mod:`gregor.lagreport.rules`, as window functions)."""
+def evaluate(samples: Any, window: int) -> Any:
+    """Samples -> samples with rates and the sliding-window status (the rules of
+    :mod:`gregor.lagreport.rules`, as window functions). The newest commit time of each partition
+    comes with every sample (``commit_ts``, from the coordinator's offset store)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if window < 2:
         raise ValueError("the window needs at least 2 samples")
-    # Newest commit at or before each sample: an as-of join done as one ordered pass over the
-    # samples and the commits of each partition together.
-    both = (samples.withColumn("_commit", F.lit(None).cast("long"))
-            .unionByName(commits.select(*KEY, F.col("commit_ts").alias("ts"), F.col("commit_ts").alias("_commit")),
-                         allowMissingColumns=True))
-    upto = Window.partitionBy(*KEY).orderBy("ts", F.col("_commit").asc_nulls_last()).rowsBetween(
-        Window.unboundedPreceding, 0)
-    s = (both.withColumn("last_commit_ts", F.max("_commit").over(upto))
-         .where(F.col("_commit").isNull()).drop("_commit"))
-
+    s = samples.withColumnRenamed("commit_ts", "last_commit_ts")
     order = Window.partitionBy(*KEY).orderBy("ts")
     win = order.rowsBetween(-(window - 1), 0)
     steps = order.rowsBetween(-(window - 2), 0)  # the pairs (i-1, i) that lie inside the window
@@ -180,24 +173,32 @@ def status_rank(col: Any) -> Any:
     return expr
 
 
-def derive(samples: Any, top: int) -> dict[str, Any]:
-    """The aggregate tables, from the evaluated samples."""
+def _save(spark: Any, df: Any, path: Path) -> Any:
+    """Write a table and continue from its columnar copy (nothing upstream is computed twice)."""
+    df.write.mode("overwrite").parquet(str(path))
+    return spark.read.parquet(str(path))
+
+
+def derive(spark: Any, samples: Any, paths: dict[str, Path], top: int) -> None:
+    """The aggregate tables, from the evaluated samples, each written to its path."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     per_status = [F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(f"partitions_{s.lower()}")
                   for s in rules.PARTITION_STATUSES]
-    timeline = (samples.groupBy("group", "ts")
-                .agg(F.max(status_rank(F.col("status"))).alias("_worst"), F.count("*").alias("partitions"),
-                     F.sum("lag").alias("total_lag"), F.max("time_lag_s").alias("max_time_lag_s"),
-                     F.sum("messages_per_s").alias("messages_per_s"), F.sum("bytes_per_s").alias("bytes_per_s"),
-                     F.max("members").alias("members"), *per_status)
-                .withColumn("status", _group_status_col(F.col("_worst"))).drop("_worst"))
-    throughput = (samples.groupBy("topic", "partition", "ts")
-                  .agg(F.sum("messages_per_s").alias("messages_per_s"), F.sum("bytes_per_s").alias("bytes_per_s"),
-                       F.max("log_end").alias("log_end")))
+    timeline = _save(spark, samples.groupBy("group", "ts")
+                     .agg(F.max(status_rank(F.col("status"))).alias("_worst"), F.count("*").alias("partitions"),
+                          F.sum("lag").alias("total_lag"), F.max("time_lag_s").alias("max_time_lag_s"),
+                          F.sum("messages_per_s").alias("messages_per_s"),
+                          F.sum("bytes_per_s").alias("bytes_per_s"), F.max("members").alias("members"), *per_status)
+                     .withColumn("status", _group_status_col(F.col("_worst"))).drop("_worst"),
+                     paths["group_timeline"])
+    _save(spark, samples.groupBy("topic", "partition", "ts")
+          .agg(F.sum("messages_per_s").alias("messages_per_s"), F.sum("bytes_per_s").alias("bytes_per_s"),
+               F.max("log_end").alias("log_end")), paths["partition_throughput"])
     newest = Window.partitionBy(*KEY).orderBy(F.col("ts").desc())
-    partition_status = (samples.withColumn("_n", F.row_number().over(newest)).where(F.col("_n") == 1).drop("_n"))
+    partition_status = _save(spark, samples.withColumn("_n", F.row_number().over(newest)).where(F.col("_n") == 1)
+                             .drop("_n"), paths["partition_status"])
     newest_group = Window.partitionBy("group").orderBy(F.col("ts").desc())
     latest = timeline.withColumn("_n", F.row_number().over(newest_group)).where(F.col("_n") == 1).drop("_n")
     worst = (partition_status.where(F.col("status").isNotNull())
@@ -209,25 +210,18 @@ def derive(samples: Any, top: int) -> dict[str, Any]:
                      F.col("status").alias("worst_partition_status")))
     last_commit = partition_status.groupBy("group").agg(F.max("last_commit_ts").alias("last_commit_ts"),
                                                        F.max("state").alias("state"))
-    group_status = (latest.withColumnRenamed("ts", "last_seen").join(worst, "group", "left")
-                    .join(last_commit, "group", "left"))
-    top_lagging = (group_status.where(F.col("total_lag") > 0)
-                   .orderBy(F.col("total_lag").desc(), F.col("max_time_lag_s").desc_nulls_last(), "group")
-                   .limit(top))
-    return {"group_timeline": timeline, "partition_throughput": throughput, "partition_status": partition_status,
-            "group_status": group_status, "top_lagging": top_lagging}
+    group_status = _save(spark, latest.withColumnRenamed("ts", "last_seen").join(worst, "group", "left")
+                         .join(last_commit, "group", "left"), paths["group_status"])
+    _save(spark, group_status.where(F.col("total_lag") > 0)
+          .orderBy(F.col("total_lag").desc(), F.col("max_time_lag_s").desc_nulls_last(), "group").limit(top),
+          paths["top_lagging"])
 
 
 def run(spark: Any, opts: JobOptions) -> dict[str, Path]:
     """Read, evaluate, write every table as Parquet; returns table name -> path."""
     tables_dir = opts.out / "tables"
     paths = {name: tables_dir / name for name in TABLES}
-    commits = load_commits(spark, opts)
-    commits.write.mode("overwrite").parquet(str(paths["commits"]))
-    commits = spark.read.parquet(str(paths["commits"]))
-    samples = evaluate(load_telemetry(spark, opts), commits, opts.window)
-    samples.write.mode("overwrite").parquet(str(paths["samples"]))
-    samples = spark.read.parquet(str(paths["samples"]))  # everything else from the columnar copy
-    for name, df in derive(samples, opts.top).items():
-        df.write.mode("overwrite").parquet(str(paths[name]))
+    load_commits(spark, opts).write.mode("overwrite").parquet(str(paths["commits"]))
+    samples = _save(spark, evaluate(load_telemetry(spark, opts), opts.window), paths["samples"])
+    derive(spark, samples, paths, opts.top)
     return paths

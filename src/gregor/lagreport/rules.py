@@ -3,7 +3,7 @@
 A partition of a group is evaluated at every telemetry sample over a window of the last ``W``
 samples (default 10: 100 s at the default ``telemetry.interval.ms`` of 10 s). Each sample holds
 the committed offset, the log end offset, the lag, the number of live members of the group, and
-(joined from ``__consumer_offsets``) the time of the newest commit for that partition. In order,
+the time of the newest commit for that partition (the coordinator's ``commit_ts``). In order,
 the first rule that holds decides:
 
 1. ``OK`` when the lag is zero in any sample of the window (the consumer caught up at some

@@ -6,8 +6,10 @@ One record per group/topic/partition per interval; key ``group/topic/partition``
 
     {"ts": 1764000000000, "broker": 0, "broker_start": 1763990000000, "group": "billing",
      "topic": "orders", "partition": 3, "messages": 120345, "bytes": 9876543,
-     "committed": 120300, "log_end": 120400, "lag": 100, "time_lag_s": 1.7, "state": "Stable", "members": 3}
+     "committed": 120300, "log_end": 120400, "lag": 100, "time_lag_s": 1.7, "state": "Stable", "members": 3,
+     "commit_ts": 1763999990000}
 
+``commit_ts`` is when the committed offset was last committed (null without a commit).
 ``messages`` and ``bytes`` are counters since ``broker_start`` (a new start resets them: readers
 take deltas within one start). Groups with committed offsets but no recent fetches are included,
 so a stalled group shows up with an unchanged ``messages`` count and a growing ``lag``.
@@ -56,11 +58,12 @@ class TelemetryWriter:
                         continue
                     hw = plog.high_watermark
                     rows[(group_id, topic, partition)] = {
-                        "committed": v.offset, "log_end": hw, "lag": max(hw - v.offset, 0),
+                        "committed": v.offset, "commit_ts": v.commit_timestamp, "log_end": hw,
+                        "lag": max(hw - v.offset, 0),
                         "time_lag_s": round(b.metrics.history.time_lag((topic, partition), v.offset, hw, now_s), 3)}
         for (group_id, topic, partition), (messages, nbytes) in b.metrics.consumed.items():
-            r = rows.setdefault((group_id, topic, partition), {"committed": None, "log_end": None, "lag": None,
-                                                               "time_lag_s": None})
+            r = rows.setdefault((group_id, topic, partition), {"committed": None, "commit_ts": None, "log_end": None,
+                                                               "lag": None, "time_lag_s": None})
             r["messages"], r["bytes"] = messages, nbytes
         out = []
         for (group_id, topic, partition), r in sorted(rows.items()):
@@ -69,7 +72,7 @@ class TelemetryWriter:
                         "topic": topic, "partition": partition, "messages": r.get("messages", 0),
                         "bytes": r.get("bytes", 0), "committed": r["committed"], "log_end": r["log_end"],
                         "lag": r["lag"], "time_lag_s": r["time_lag_s"], "state": state,
-                        "members": members})
+                        "members": members, "commit_ts": r["commit_ts"]})
         return out
 
     def write(self) -> int:
