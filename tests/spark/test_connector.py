@@ -59,6 +59,25 @@ def test_batch_read_of_an_empty_topic_is_empty(spark, broker):
     assert df.where("partition = 0").collect() == []
 
 
+def test_json_values_parsed_in_the_reader(spark, broker):
+    create(broker.bootstrap, "sp-json", 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(300):
+        p.produce("sp-json", value=json.dumps({"n": i, "name": f"x{i}", "ok": i % 2 == 0, "extra": [1]}).encode(),
+                  partition=i % 2)
+    p.produce("sp-json", value=b"not json", partition=0)
+    p.produce("sp-json", value=b'{"n": 1000}', partition=1)
+    assert p.flush(10) == 0
+    df = (spark.read.format("gregor").option("bootstrap.servers", broker.bootstrap).option("subscribe", "sp-json")
+          .option("valueFormat", "json").option("valueSchema", "n long, name string, ok boolean, missing double")
+          .option("minPartitions", "4").load())
+    assert df.columns == ["n", "name", "ok", "missing"]
+    rows = {r.n: r for r in df.collect()}
+    assert sorted(rows) == [*range(300), 1000]  # the value that is not JSON is skipped
+    assert rows[7].name == "x7" and rows[7].ok is False and rows[7].missing is None
+    assert rows[1000].name is None
+
+
 def test_write_then_read_back_with_headers(spark, broker):
     create(broker.bootstrap, "sp-write", 2)
     rows = [(b"a", b"1", 0, [("h1", b"x")]), (b"b", b"2", 1, [("h2", b"y"), ("h3", None)]), (None, b"3", 0, None)]
@@ -147,6 +166,11 @@ def test_streaming_picks_up_new_partitions(spark, broker, tmp_path):
     ({"bootstrap.servers": "x:1", "subscribe": "t", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
     ({"bootstrap.servers": "x:1", "assign": "[1,2]"}, "assign"),
     ({"bootstrap.servers": "x:1", "subscribe": "t", "subscrbe": "u"}, "unknown option(s): subscrbe"),
+    ({"bootstrap.servers": "x:1", "subscribe": "t", "valueFormat": "avro"}, "valueFormat"),
+    ({"bootstrap.servers": "x:1", "subscribe": "t", "valueFormat": "json"}, "valueSchema is required"),
+    ({"bootstrap.servers": "x:1", "subscribe": "t", "valueFormat": "json", "valueSchema": "a map<string,int>"},
+     "valueSchema"),
+    ({"bootstrap.servers": "x:1", "subscribe": "t", "valueSchema": "a long"}, "needs valueFormat=json"),
 ])
 def test_bad_options_are_named_before_any_job(spark, options, message):
     reader = spark.read.format("gregor")

@@ -104,18 +104,19 @@ def test_spark_evaluation_matches_the_rules(spark):
 def test_telemetry_values_that_are_not_records_are_skipped():
     import json
 
-    import pyarrow as pa
+    from gregor.lagreport.job import TELEMETRY_FIELDS
+    from gregor.spark.kafka_io import arrow_schema_of, json_batches
 
-    from gregor.lagreport.job import _parse_telemetry
+    def parse(values):
+        return [r for b in json_batches([v for v in values if v is not None], arrow_schema_of(TELEMETRY_FIELDS))
+                for r in b.to_pylist()]
 
     good = {"ts": 5, "broker": 0, "broker_start": 1, "group": "g", "topic": "t", "partition": 2, "messages": 9,
             "bytes": 90, "committed": 7, "log_end": 9, "lag": 2, "time_lag_s": 0.5, "state": "Stable", "members": 1,
             "commit_ts": 4, "added_later": True}
     older = {k: v for k, v in good.items() if k not in ("members", "commit_ts", "added_later")}
-    clean = pa.RecordBatch.from_pydict({"value": [json.dumps(good).encode(), None, json.dumps(older).encode()]})
-    rows = [r for b in _parse_telemetry(iter([clean])) for r in b.to_pylist()]
+    rows = parse([json.dumps(good).encode(), None, json.dumps(older).encode()])
     assert rows[0] == {k: v for k, v in good.items() if k != "added_later"}
     assert rows[1]["members"] is None and rows[1]["commit_ts"] is None and rows[1]["lag"] == 2
-    dirty = pa.RecordBatch.from_pydict({"value": [b"not json", json.dumps(good).encode(), b'{"ts": "soon"}', b"[1]"]})
-    rows = [r for b in _parse_telemetry(iter([dirty])) for r in b.to_pylist()]
+    rows = parse([b"not json", json.dumps(good).encode(), b'{"ts": "soon"}', b"[1]"])
     assert [r["group"] for r in rows] == ["g"]

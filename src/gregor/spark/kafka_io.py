@@ -146,6 +146,53 @@ def read_range_arrow(client: dict[str, str], topic: str, partition: int, start: 
         ], schema=schema)
 
 
+def arrow_schema_of(fields: tuple[tuple[str, str], ...]) -> Any:
+    """An Arrow schema from (name, Spark type name) pairs: long, int, double, string, boolean."""
+    import pyarrow as pa
+
+    types = {"long": pa.int64(), "int": pa.int32(), "double": pa.float64(), "string": pa.string(),
+             "boolean": pa.bool_()}
+    return pa.schema([(name, types[kind]) for name, kind in fields])
+
+
+def json_batches(values: list[bytes], schema: Any) -> Iterator[Any]:
+    """JSON object values -> record batches of ``schema`` with Arrow's JSON reader (fields the
+    schema lacks are ignored, missing ones are null). A value that is not such an object is
+    skipped, as Spark's from_json would null it."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if not values:
+        return
+    parse = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    try:
+        yield from pj.read_json(pa.BufferReader(b"\n".join(values)), parse_options=parse,
+                                read_options=pj.ReadOptions(block_size=1 << 26, use_threads=False)).to_batches()
+        return
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # a bad value (or a raw newline): one value at a time
+        pass
+    good = []
+    for v in values:
+        try:
+            row = json.loads(v)
+            good.append(pa.Table.from_pylist([{k: row.get(k) for k in schema.names}], schema))
+        except (ValueError, TypeError, AttributeError, pa.ArrowInvalid, pa.ArrowTypeError):
+            continue
+    if good:
+        yield from pa.concat_tables(good).to_batches()
+
+
+def read_range_json(client: dict[str, str], topic: str, partition: int, start: int, end: int,
+                    fail_on_data_loss: bool, fields: tuple[tuple[str, str], ...]) -> Iterator[Any]:
+    """valueFormat=json: the range's values parsed into the columns of ``fields`` in the reader
+    itself (no key, timestamp or header columns built, no second trip through Python)."""
+    schema = arrow_schema_of(fields)
+    for msgs in _message_chunks(client, topic, partition, start, end, fail_on_data_loss):
+        yield from json_batches([v for v in (m.value() for m in msgs) if v is not None], schema)
+
+
 def _binary_column(values: list[bytes | None]) -> Any:
     """An Arrow binary array built from its buffers: offsets and one joined data buffer.
     (pyarrow's own conversion of a list of bytes took 16 us per 1 KiB value here, 40x slower.)"""

@@ -30,6 +30,7 @@ class SourceOptions:
     group_id: str | None = None
     min_partitions: int | None = None
     topic: str | None = None  # default topic for writes
+    value_fields: tuple[tuple[str, str], ...] | None = None  # valueFormat=json: rows are the parsed values
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -73,7 +74,35 @@ def _offsets(name: str, value: str, allowed: tuple[str, ...]) -> str | dict[str,
 
 KNOWN = ("bootstrap.servers", "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets",
          "startingTimestamp", "maxOffsetsPerTrigger", "failOnDataLoss", "groupId", "minPartitions", "topic",
-         "includeHeaders")
+         "includeHeaders", "valueFormat", "valueSchema")
+VALUE_TYPES = {"long": "long", "bigint": "long", "int": "int", "integer": "int", "double": "double",
+               "string": "string", "boolean": "boolean"}
+
+
+def value_fields(options: Mapping[str, str]) -> tuple[tuple[str, str], ...] | None:
+    """The parsed-value columns when ``valueFormat`` is ``json`` (from the flat DDL in
+    ``valueSchema``, e.g. ``"ts long, name string"``); None for Kafka-source rows."""
+    opts = {k.lower(): v for k, v in options.items()}
+    fmt = opts.get("valueformat", "binary").strip().lower()
+    if fmt not in ("binary", "json"):
+        raise OptionError(f"option valueFormat: expected binary or json, got {opts['valueformat']!r}")
+    if fmt == "binary":
+        if "valueschema" in opts:
+            raise OptionError("option valueSchema needs valueFormat=json")
+        return None
+    ddl = opts.get("valueschema", "").strip()
+    if not ddl:
+        raise OptionError('option valueSchema is required with valueFormat=json, e.g. "ts long, name string"')
+    fields = []
+    for part in ddl.split(","):
+        words = part.split()
+        if len(words) != 2 or words[1].lower() not in VALUE_TYPES:
+            raise OptionError(f"option valueSchema: expected 'name type' with a type among "
+                              f"{', '.join(sorted(VALUE_TYPES))}, got {part.strip()!r}")
+        fields.append((words[0].strip("`"), VALUE_TYPES[words[1].lower()]))
+    if len({n for n, _t in fields}) != len(fields):
+        raise OptionError("option valueSchema: a column name appears twice")
+    return tuple(fields)
 _CANONICAL = {k.lower(): k for k in KNOWN}
 
 
@@ -132,6 +161,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool, writing: bool 
     if "failOnDataLoss" in opts:
         so.fail_on_data_loss = _bool("failOnDataLoss", opts["failOnDataLoss"])
     so.group_id = opts.get("groupId") or None
+    so.value_fields = value_fields(opts)
     unknown = [k for k in opts if k not in KNOWN and not k.startswith("kafka.")]
     if unknown:
         raise OptionError(f"unknown option(s): {', '.join(sorted(unknown))}")

@@ -23,7 +23,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from gregor.spark import kafka_io
-from gregor.spark.options import SourceOptions, parse_options
+from gregor.spark.options import SourceOptions, parse_options, value_fields
 
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
           "timestampType int, headers array<struct<key: string, value: binary>>")
@@ -54,6 +54,9 @@ def plan_ranges(starts: dict[kafka_io.TP, int], ends: dict[kafka_io.TP, int], mi
 def _read_range(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
     if not isinstance(partition, RangePartition):
         return iter(())  # nothing to read: Spark still runs one task with a placeholder partition
+    if opts.value_fields is not None:
+        return kafka_io.read_range_json(opts.client, partition.topic, partition.partition, partition.start,
+                                        partition.end, opts.fail_on_data_loss, opts.value_fields)
     return kafka_io.read_range_arrow(opts.client, partition.topic, partition.partition, partition.start,
                                      partition.end, opts.fail_on_data_loss)
 
@@ -64,7 +67,8 @@ class GregorDataSource(DataSource):
         return "gregor"
 
     def schema(self) -> str:
-        return SCHEMA
+        fields = value_fields(self.options)
+        return SCHEMA if fields is None else ", ".join(f"`{n}` {t}" for n, t in fields)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(parse_options(self.options, streaming=False))
