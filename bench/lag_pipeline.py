@@ -33,10 +33,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from gregor.config import KEYS  # noqa: E402
 from gregor.coordinator.group import records  # noqa: E402
+from gregor.protocol.partitioner import partition_for_key  # noqa: E402
 from peers import gregor  # noqa: E402
 
 TELEMETRY, OFFSETS = "bench_telemetry", "bench_offsets"
+TELEMETRY_PARTITIONS = KEYS["telemetry.topic.num.partitions"].default  # laid out as the broker lays it out
 PARTITIONS = 10
 STEP_MS = 10_000
 BEHAVIOURS = ("healthy", "slow", "stalled", "stopped", "rewind")
@@ -48,8 +51,8 @@ def generate(bootstrap: str, n: int) -> tuple[int, int]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for t in (TELEMETRY, OFFSETS):
-        admin.create_topics([NewTopic(t, 1)])[t].result(30)
+    for t, n_parts in ((TELEMETRY, TELEMETRY_PARTITIONS), (OFFSETS, 1)):
+        admin.create_topics([NewTopic(t, n_parts)])[t].result(30)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                   "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000})
     samples = 1000
@@ -60,10 +63,10 @@ def generate(bootstrap: str, n: int) -> tuple[int, int]:
                 '"state":"{state}","members":{mem},"commit_ts":{ct}}}')
     tel = commits = 0
 
-    def send(topic: str, value: bytes, key: bytes) -> None:
+    def send(topic: str, value: bytes, key: bytes, partition: int = 0) -> None:
         while True:
             try:
-                p.produce(topic, value, key)
+                p.produce(topic, value, key, partition)
                 return
             except BufferError:
                 p.poll(0.05)
@@ -71,6 +74,7 @@ def generate(bootstrap: str, n: int) -> tuple[int, int]:
     for g in range(groups):
         kind = BEHAVIOURS[g % len(BEHAVIOURS)]
         group, topic = f"group-{g:05d}-{kind}", f"topic-{g % 50:02d}"
+        home = partition_for_key(group.encode(), TELEMETRY_PARTITIONS)  # the broker's telemetry layout
         for part in range(PARTITIONS):
             key = f"{group}/{topic}/{part}".encode()
             ckey = records.encode_key(records.OffsetCommitKey(group, topic, part))
@@ -100,7 +104,7 @@ def generate(bootstrap: str, n: int) -> tuple[int, int]:
                 value = template.format(ts=ts, start=t0, g=group, t=topic, p=part, m=consumed, b=consumed * 200,
                                         c=committed, e=end, lag=end - committed, tl=round((end - committed) / 10, 1),
                                         state=state, mem=0 if state == "Empty" else members, ct=last_commit)
-                send(TELEMETRY, value.encode(), key)
+                send(TELEMETRY, value.encode(), key, home)
                 tel += 1
         p.poll(0)
     p.flush(120)
@@ -179,7 +183,7 @@ def run_duckdb(bootstrap: str, out: Path, tel_count: int, commit_count: int, win
                   "fetch.queue.backoff.ms": 0})
 
     def read_all(topic: str, count: int) -> list:
-        c.assign([TopicPartition(topic, 0, 0)])
+        c.assign([TopicPartition(topic, p, 0) for p in c.list_topics(topic, timeout=30).topics[topic].partitions])
         got: list = []
         while len(got) < count:
             got += [m for m in c.consume(100_000, 1.0) if m.error() is None]

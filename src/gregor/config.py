@@ -149,6 +149,8 @@ KEYS: dict[str, Key] = {
             applies=False),
         Key("telemetry.interval.ms", _int_range(0, INT_MAX), 10000,
             "how often consumption telemetry goes to __gregor_telemetry (0: never)"),
+        Key("telemetry.topic.num.partitions", _int_range(1, 1000), 16,
+            "partitions of __gregor_telemetry when the broker creates it (a group's records share one)"),
         Key("metrics.listener", _metrics_listener, "", "Prometheus endpoint, e.g. http://127.0.0.1:9404 (empty: off)"),
     ]
 }

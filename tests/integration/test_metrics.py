@@ -164,15 +164,30 @@ def test_telemetry_topic_keeps_consumption_history(broker_factory):
     p.flush(10)
     time.sleep(1.5)
     reader = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "telemetry-reader", "enable.auto.commit": False})
-    reader.assign([TopicPartition("__gregor_telemetry", 0, 0)])
-    rows = []
+    parts = admin.list_topics(timeout=10).topics["__gregor_telemetry"].partitions
+    assert len(parts) == 16  # telemetry.topic.num.partitions
+    reader.assign([TopicPartition("__gregor_telemetry", p, 0) for p in parts])
+    rows, placed = [], []
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         msgs = reader.consume(1000, 0.5)
-        rows += [json.loads(m.value()) for m in msgs if m.error() is None]
+        for m in msgs:
+            if m.error() is None:
+                rows.append(json.loads(m.value()))
+                placed.append((rows[-1]["group"], m.partition(), m.timestamp()[1] == rows[-1]["ts"]))
         if not msgs and rows:
             break
     reader.close()
+    # every record of a group in one partition, where Kafka's default partitioner puts the group name
+    # (librdkafka's murmur2 partitioner is the judge), stamped with its ts
+    keyed = Producer({"bootstrap.servers": b.bootstrap, "partitioner": "murmur2"})
+    admin.create_topics([NewTopic("placement", 16)])["placement"].result(10)
+    homes: dict[str, int] = {}
+    for group in {g for g, _p, _t in placed}:
+        keyed.produce("placement", key=group.encode(), value=b"", on_delivery=lambda e, m: homes.update(
+            {m.key().decode(): m.partition()}))
+    keyed.flush(10)
+    assert all(p == homes[g] and stamped for g, p, stamped in placed), placed[:5]
     mine = [r for r in rows if r["group"] == "tele" and r["topic"] == "delta"]
     assert mine, rows[:3]
     assert {"ts", "broker", "broker_start", "messages", "bytes", "committed", "log_end", "lag", "time_lag_s",

@@ -1,5 +1,6 @@
 """The status rules: the plain statement (rules.classify) on hand-made windows, and the Spark
-job's window-function evaluation held to it on many random histories in one Spark job."""
+job's evaluation (numpy over each group, after a shuffle by group) held to it on many random
+histories in one Spark job."""
 
 from __future__ import annotations
 

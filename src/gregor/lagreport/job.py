@@ -1,11 +1,19 @@
-"""The lag-report Spark job: reads ``__gregor_telemetry`` and ``__consumer_offsets`` through the
-``gregor`` connector and writes the report's Parquet tables.
+"""The lag-report Spark job: reads ``__gregor_telemetry`` and ``__consumer_offsets`` with the
+connector's reading code and writes the report's Parquet tables.
+
+How it runs: each telemetry partition holds whole groups (the broker's layout), so one task per
+partition reads, parses and evaluates it in the Python worker that fetched it
+(:mod:`gregor.lagreport.sources`, :mod:`gregor.lagreport.windows`); the JVM receives finished
+rows once. When a group's telemetry spans partitions the samples are evaluated after a shuffle
+by group instead (same code, same result). The commits are decoded in their reader, in a Spark
+job that runs beside the others. The aggregate tables are Spark SQL over the written samples.
 
 Tables (under ``<out>/tables/``):
 
 - ``samples``: every telemetry sample with its rates and its sliding-window status
   (group, topic, partition, ts, committed, log_end, lag, time_lag_s, state, members,
-  messages_per_s, bytes_per_s, last_commit_ts, window_samples, status);
+  messages_per_s, bytes_per_s, last_commit_ts, window_samples, status, latest: the newest sample
+  of its group/topic/partition);
 - ``commits``: every offset commit still in ``__consumer_offsets`` (group, topic, partition,
   offset, commit_ts, metadata): the commit history, which compaction thins out over time (the
   statuses use the newest commit time each telemetry sample carries);
@@ -21,7 +29,7 @@ Timestamps are epoch milliseconds (``long``) in every table.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +37,7 @@ from typing import Any
 from gregor.lagreport import rules
 from gregor.metrics.telemetry import TELEMETRY_TOPIC
 
+log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 KEY = ["group", "topic", "partition"]
 TELEMETRY_FIELDS = (("ts", "long"), ("broker", "int"), ("broker_start", "long"), ("group", "string"),
@@ -63,33 +72,6 @@ def _read_topic(spark: Any, opts: JobOptions, topic: str, **extra: str) -> Any:
             .option("minPartitions", str(parallelism)).options(**extra).load())
 
 
-def _decode_commits(batches: Iterator[Any]) -> Iterator[Any]:
-    """``__consumer_offsets`` records -> offset commits (group metadata and tombstones skipped)."""
-    import pyarrow as pa
-
-    from gregor.coordinator.group import records
-    from gregor.spark.kafka_io import arrow_schema_of
-
-    for batch in batches:
-        cols: dict[str, list[Any]] = {name: [] for name, _kind in COMMITS_FIELDS}
-        for k, v in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(), strict=True):
-            if k is None or v is None:
-                continue
-            try:
-                key = records.decode_key(k)
-                if not isinstance(key, records.OffsetCommitKey):
-                    continue
-                value = records.decode_value(key, v)
-            except records.RecordFormatError:
-                continue
-            assert isinstance(value, records.OffsetCommitValue)
-            for name, item in (("group", key.group), ("topic", key.topic), ("partition", key.partition),
-                               ("offset", value.offset), ("commit_ts", value.commit_timestamp),
-                               ("metadata", value.metadata)):
-                cols[name].append(item)
-        yield pa.RecordBatch.from_pydict(cols, schema=arrow_schema_of(COMMITS_FIELDS))
-
-
 def load_telemetry(spark: Any, opts: JobOptions) -> Any:
     from pyspark.sql import functions as F
 
@@ -104,59 +86,40 @@ def load_telemetry(spark: Any, opts: JobOptions) -> Any:
     return tel
 
 
-def load_commits(spark: Any, opts: JobOptions) -> Any:
-    from pyspark.sql import functions as F
+def load_samples(spark: Any, opts: JobOptions) -> Any:
+    """The evaluated samples, read, parsed and evaluated partition by partition (no shuffle; see
+    :mod:`gregor.lagreport.sources`); fails with SplitGroupError when a group spans partitions."""
+    from gregor.lagreport import sources
 
-    raw = _read_topic(spark, opts, opts.offsets_topic).select("key", "value")
-    commits = raw.mapInArrow(_decode_commits, COMMITS_SCHEMA)
-    if opts.until_ms is not None:
-        commits = commits.where(F.col("commit_ts") <= opts.until_ms)
-    return commits
+    sources.register(spark)
+    bounds = {name: str(v) for name, v in (("since", opts.since_ms), ("until", opts.until_ms)) if v is not None}
+    return (spark.read.format(sources.SAMPLES_SOURCE).option("bootstrap.servers", opts.bootstrap)
+            .option("topic", opts.telemetry_topic).option("window", str(opts.window)).options(**bounds).load())
+
+
+def load_commits(spark: Any, opts: JobOptions) -> Any:
+    from gregor.lagreport import sources
+
+    sources.register(spark)
+    parallelism = 4 * max(1, spark.sparkContext.defaultParallelism)
+    until = {"until": str(opts.until_ms)} if opts.until_ms is not None else {}
+    return (spark.read.format(sources.COMMITS_SOURCE).option("bootstrap.servers", opts.bootstrap)
+            .option("topic", opts.offsets_topic).option("minPartitions", str(parallelism)).options(**until).load())
 
 
 def evaluate(samples: Any, window: int) -> Any:
-    """Samples -> samples with rates and the sliding-window status (the rules of
-    :mod:`gregor.lagreport.rules`, as window functions). The newest commit time of each partition
-    comes with every sample (``commit_ts``, from the coordinator's offset store)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    """Telemetry samples (any DataFrame with the telemetry columns) -> evaluated samples: the rules
+    of :mod:`gregor.lagreport.rules` (see :mod:`gregor.lagreport.windows`) over each group's
+    samples, which a shuffle by group brings together."""
+    import functools
+
+    from gregor.lagreport import windows
 
     if window < 2:
         raise ValueError("the window needs at least 2 samples")
-    s = samples.withColumnRenamed("commit_ts", "last_commit_ts")
-    order = Window.partitionBy(*KEY).orderBy("ts")
-    win = order.rowsBetween(-(window - 1), 0)
-    steps = order.rowsBetween(-(window - 2), 0)  # the pairs (i-1, i) that lie inside the window
-    prev = {c: F.lag(c).over(order) for c in ("ts", "committed", "lag", "messages", "bytes", "broker_start")}
-    same_start = prev["broker_start"] == F.col("broker_start")
-    secs = (F.col("ts") - prev["ts"]) / 1000.0
-
-    def rate(counter: str) -> Any:
-        delta = F.when(same_start & (F.col(counter) >= prev[counter]), F.col(counter) - prev[counter]).otherwise(
-            F.col(counter))  # a broker restart resets the counters
-        return F.when(secs > 0, delta / secs)
-
-    s = (s.withColumn("messages_per_s", rate("messages")).withColumn("bytes_per_s", rate("bytes"))
-         .withColumn("_rewind_step", F.when(F.col("committed") < prev["committed"], 1).otherwise(0))
-         .withColumn("_lag_down_step", F.when(F.col("lag") < prev["lag"], 1).otherwise(0)))
-    s = (s.withColumn("window_samples", F.count("committed").over(win))
-         .withColumn("_window_start", F.min("ts").over(win))
-         .withColumn("_min_lag", F.min("lag").over(win))
-         .withColumn("_min_c", F.min("committed").over(win))
-         .withColumn("_max_c", F.max("committed").over(win))
-         .withColumn("_rewound", F.max("_rewind_step").over(steps))
-         .withColumn("_lag_went_down", F.max("_lag_down_step").over(steps)))
-    committed_in_window = F.col("last_commit_ts").isNotNull() & (F.col("last_commit_ts") >= F.col("_window_start"))
-    status = (F.when(F.col("committed").isNull(), F.lit(None).cast("string"))
-              .when((F.col("window_samples") < 2) | (F.col("_min_lag") == 0), rules.OK)
-              .when(F.col("_rewound") == 1, rules.REWIND)
-              .when(~committed_in_window & (F.coalesce(F.col("members"), F.lit(0)) == 0), rules.STOP)
-              .when(F.col("_min_c") == F.col("_max_c"), rules.STALL)
-              .when(F.col("_lag_went_down") == 0, rules.WARNING)
-              .otherwise(rules.OK))
-    cols = [*KEY, "ts", "committed", "log_end", "lag", "time_lag_s", "state", "members", "messages", "bytes",
-            "messages_per_s", "bytes_per_s", "last_commit_ts", "window_samples"]
-    return s.withColumn("status", status).select(*cols, "status")
+    parallelism = 4 * max(1, samples.sparkSession.sparkContext.defaultParallelism)
+    return samples.repartition(parallelism, "group").mapInArrow(
+        functools.partial(windows.evaluate_batches, window=window), windows.OUTPUT_SCHEMA)
 
 
 def _group_status_col(rank_col: Any) -> Any:
@@ -199,11 +162,10 @@ def derive(spark: Any, samples: Any, paths: dict[str, Path], top: int) -> None:
     _save(spark, samples.groupBy("topic", "partition", "ts")
           .agg(F.sum("messages_per_s").alias("messages_per_s"), F.sum("bytes_per_s").alias("bytes_per_s"),
                F.max("log_end").alias("log_end")), paths["partition_throughput"])
-    newest = Window.partitionBy(*KEY).orderBy(F.col("ts").desc())
-    partition_status = _save(spark, samples.withColumn("_n", F.row_number().over(newest)).where(F.col("_n") == 1)
-                             .drop("_n"), paths["partition_status"])
-    newest_group = Window.partitionBy("group").orderBy(F.col("ts").desc())
-    latest = timeline.withColumn("_n", F.row_number().over(newest_group)).where(F.col("_n") == 1).drop("_n")
+    partition_status = _save(spark, samples.where(F.col("latest")).drop("latest"), paths["partition_status"])
+    newest = partition_status.groupBy("group").agg(F.max("ts").alias("ts"), F.max("last_commit_ts").alias(
+        "last_commit_ts"), F.max("state").alias("state"))
+    latest = timeline.join(F.broadcast(newest.select("group", "ts")), ["group", "ts"])
     worst = (partition_status.where(F.col("status").isNotNull())
              .withColumn("_r", status_rank(F.col("status")))
              .withColumn("_n", F.row_number().over(Window.partitionBy("group").orderBy(
@@ -211,8 +173,7 @@ def derive(spark: Any, samples: Any, paths: dict[str, Path], top: int) -> None:
              .where(F.col("_n") == 1)
              .select("group", F.concat_ws("-", "topic", F.col("partition").cast("string")).alias("worst_partition"),
                      F.col("status").alias("worst_partition_status")))
-    last_commit = partition_status.groupBy("group").agg(F.max("last_commit_ts").alias("last_commit_ts"),
-                                                       F.max("state").alias("state"))
+    last_commit = newest.select("group", "last_commit_ts", "state")
     group_status = _save(spark, latest.withColumnRenamed("ts", "last_seen").join(worst, "group", "left")
                          .join(last_commit, "group", "left"), paths["group_status"])
     _save(spark, group_status.where(F.col("total_lag") > 0)
@@ -221,10 +182,25 @@ def derive(spark: Any, samples: Any, paths: dict[str, Path], top: int) -> None:
 
 
 def run(spark: Any, opts: JobOptions) -> dict[str, Path]:
-    """Read, evaluate, write every table as Parquet; returns table name -> path."""
+    """Read, evaluate, write every table as Parquet; returns table name -> path. The commits
+    table is written by a second Spark job that runs beside the others (measured 60 -> 55 s for
+    10M samples on 2 cores: it fills the gaps of the samples job)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     tables_dir = opts.out / "tables"
     paths = {name: tables_dir / name for name in TABLES}
-    load_commits(spark, opts).write.mode("overwrite").parquet(str(paths["commits"]))
-    samples = _save(spark, evaluate(load_telemetry(spark, opts), opts.window), paths["samples"])
-    derive(spark, samples, paths, opts.top)
+    with ThreadPoolExecutor(1, thread_name_prefix="lag-report-commits") as pool:
+        commits = pool.submit(lambda: load_commits(spark, opts).write.mode("overwrite").parquet(str(paths["commits"])))
+        try:
+            samples = _save(spark, load_samples(spark, opts), paths["samples"])
+        except Exception as e:  # noqa: BLE001 - Spark wraps the reader's error; only this one is handled
+            from gregor.lagreport.sources import SPLIT_GROUP
+
+            if SPLIT_GROUP not in str(e):
+                raise
+            log.warning("a group's telemetry spans partitions (%s); evaluating through a shuffle by group",
+                        str(e).split(SPLIT_GROUP, 1)[1].split("\n", 1)[0].lstrip(": "))
+            samples = _save(spark, evaluate(load_telemetry(spark, opts), opts.window), paths["samples"])
+        derive(spark, samples, paths, opts.top)
+        commits.result()
     return paths

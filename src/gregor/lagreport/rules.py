@@ -23,7 +23,8 @@ A group's status at a sample time is ``ERROR`` when any of its partitions is ``S
 status). Partitions without a committed offset are not evaluated.
 
 :func:`classify` is the plain-Python statement of these rules; the Spark job evaluates the
-same rules with window functions and the tests hold the two to each other.
+same rules over whole arrays with numpy (:mod:`gregor.lagreport.windows`) and the tests hold
+the two to each other.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 ``telemetry.interval.ms``, so that history survives restarts and can be analysed at scale (the
 Spark lag pipeline reads it).
 
-One record per group/topic/partition per interval; key ``group/topic/partition`` and a JSON value:
+One record per group/topic/partition per interval; key ``group/topic/partition`` and a JSON value
+(the record timestamp is ``ts``):
 
     {"ts": 1764000000000, "broker": 0, "broker_start": 1763990000000, "group": "billing",
      "topic": "orders", "partition": 3, "messages": 120345, "bytes": 9876543,
@@ -13,6 +14,11 @@ One record per group/topic/partition per interval; key ``group/topic/partition``
 ``messages`` and ``bytes`` are counters since ``broker_start`` (a new start resets them: readers
 take deltas within one start). Groups with committed offsets but no recent fetches are included,
 so a stalled group shows up with an unchanged ``messages`` count and a growing ``lag``.
+
+The broker creates the topic with ``telemetry.topic.num.partitions`` partitions and writes every
+record of a group to partition ``murmur2(group) % partitions`` (Kafka's default partitioner on the
+group name), so a reader of one partition sees whole groups, in time order: the lag report
+evaluates each partition on its own, without a shuffle.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from gregor.protocol.partitioner import partition_for_key
 from gregor.protocol.records import build_batch
 
 if TYPE_CHECKING:
@@ -36,11 +43,19 @@ class TelemetryWriter:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.started_ms = int(time.time() * 1000)
+        self._homes: dict[tuple[str, int], int] = {}
 
     def ensure_topic(self) -> None:
         if self.broker.topics.get(TELEMETRY_TOPIC) is None:
-            self.broker.create_topic(TELEMETRY_TOPIC, 1, {"cleanup.policy": "delete",
-                                                          "retention.ms": str(7 * 24 * 3_600_000)}, internal=True)
+            self.broker.create_topic(TELEMETRY_TOPIC, self.broker.config["telemetry.topic.num.partitions"],
+                                     {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3_600_000)},
+                                     internal=True)
+
+    def partition_of(self, group_id: str, partitions: int) -> int:
+        home = self._homes.get((group_id, partitions))
+        if home is None:
+            home = self._homes[(group_id, partitions)] = partition_for_key(group_id.encode(), partitions)
+        return home
 
     def rows(self) -> list[dict[str, Any]]:
         b = self.broker
@@ -76,14 +91,23 @@ class TelemetryWriter:
         return out
 
     def write(self) -> int:
+        topic = self.broker.topics.get(TELEMETRY_TOPIC)
         rows = self.rows()
-        plog = self.broker.logs.get(TELEMETRY_TOPIC, 0)
-        if not rows or plog is None:
+        if not rows or topic is None:
             return 0
-        now = int(time.time() * 1000)
-        for i in range(0, len(rows), 1000):
-            chunk = rows[i : i + 1000]
-            pairs = [(f"{r['group']}/{r['topic']}/{r['partition']}".encode(), json.dumps(r).encode()) for r in chunk]
-            plog.append_batch_unchecked(build_batch(pairs, timestamp=now))
-        self.broker.logs.notifier.notify((TELEMETRY_TOPIC, 0))
-        return len(rows)
+        by_partition: dict[int, list[dict[str, Any]]] = {}
+        for r in rows:
+            by_partition.setdefault(self.partition_of(r["group"], topic.partitions), []).append(r)
+        written = 0
+        for partition, part_rows in sorted(by_partition.items()):
+            plog = self.broker.logs.get(TELEMETRY_TOPIC, partition)
+            if plog is None:
+                continue
+            for i in range(0, len(part_rows), 1000):
+                chunk = part_rows[i : i + 1000]
+                pairs = [(f"{r['group']}/{r['topic']}/{r['partition']}".encode(), json.dumps(r).encode())
+                         for r in chunk]
+                plog.append_batch_unchecked(build_batch(pairs, timestamp=chunk[0]["ts"]))
+            written += len(part_rows)
+            self.broker.logs.notifier.notify((TELEMETRY_TOPIC, partition))
+        return written

@@ -127,7 +127,7 @@ def read_range_arrow(client: dict[str, str], topic: str, partition: int, start: 
 
     schema = arrow_schema()
     header_type = schema.field("headers").type
-    for msgs in _message_chunks(client, topic, partition, start, end, fail_on_data_loss):
+    for msgs in message_chunks(client, topic, partition, start, end, fail_on_data_loss):
         n = len(msgs)
         stamps = [m.timestamp() for m in msgs]
         headers = [m.headers() for m in msgs]
@@ -189,7 +189,7 @@ def read_range_json(client: dict[str, str], topic: str, partition: int, start: i
     """valueFormat=json: the range's values parsed into the columns of ``fields`` in the reader
     itself (no key, timestamp or header columns built, no second trip through Python)."""
     schema = arrow_schema_of(fields)
-    for msgs in _message_chunks(client, topic, partition, start, end, fail_on_data_loss):
+    for msgs in message_chunks(client, topic, partition, start, end, fail_on_data_loss):
         yield from json_batches([v for v in (m.value() for m in msgs) if v is not None], schema)
 
 
@@ -212,7 +212,7 @@ def _binary_column(values: list[bytes | None]) -> Any:
     return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _message_chunks(client: dict[str, str], topic: str, partition: int, start: int, end: int,
+def message_chunks(client: dict[str, str], topic: str, partition: int, start: int, end: int,
                     fail_on_data_loss: bool) -> Iterator[list[Any]]:
     """Lists of messages with offsets in [start, end), as the client delivers them."""
     from confluent_kafka import KafkaError, TopicPartition
