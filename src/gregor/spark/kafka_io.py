@@ -17,12 +17,13 @@ TP = tuple[str, int]
 UTC = datetime.UTC
 READ_IDLE_TIMEOUT_S = 60.0
 READ_CHUNK = 5000
-# fetch.queue.backoff.ms=0: with librdkafka's default (1 s) a reader that holds a chunk while
-# building its Arrow batch trips the fetch-queue threshold and stalls a second at a time; measured
-# 167 MB/s with the default, 950+ MB/s without it, for one partition (bench/spark_read.py).
+# fetch.queue.backoff.ms: with librdkafka's default (1 s) a reader that holds a chunk while
+# building its Arrow batch trips the fetch-queue threshold and stalls a second at a time (measured
+# 167 MB/s against 950+ MB/s, bench/spark_read.py); with 0 librdkafka's fetcher thread spins while
+# the queue is full and took a third of a lag-report reader's CPU; 5 ms costs neither.
 READER_CONFIG = {"enable.partition.eof": True, "auto.offset.reset": "error", "fetch.max.bytes": 52428800,
                  "max.partition.fetch.bytes": 10485760, "queued.min.messages": 200000,
-                 "fetch.queue.backoff.ms": 0}
+                 "fetch.queue.backoff.ms": 5}
 
 
 class DataLossError(RuntimeError):
@@ -215,10 +216,11 @@ def _binary_column(values: list[bytes | None]) -> Any:
 def message_chunks(client: dict[str, str], topic: str, partition: int, start: int, end: int,
                     fail_on_data_loss: bool) -> Iterator[list[Any]]:
     """Lists of messages with offsets in [start, end), as the client delivers them."""
-    from confluent_kafka import KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, Message, TopicPartition
 
     if start >= end:
         return
+    error_of = Message.error
     c = _consumer(client, **READER_CONFIG)
     try:
         c.assign([TopicPartition(topic, partition, start)])
@@ -232,6 +234,13 @@ def message_chunks(client: dict[str, str], topic: str, partition: int, start: in
                                        f"{READ_IDLE_TIMEOUT_S:.0f} s (range {start}..{end})")
                 continue
             last_progress = time.monotonic()
+            last = msgs[-1]
+            if last.error() is None and last.offset() < end and not any(map(error_of, msgs)):
+                yield msgs  # the common case, without a Python step per message
+                expected = last.offset() + 1
+                if expected >= end:
+                    return
+                continue
             chunk = []
             done = False
             for m in msgs:
