@@ -105,8 +105,8 @@ class TelemetryWriter:
                 continue
             for i in range(0, len(part_rows), 1000):
                 chunk = part_rows[i : i + 1000]
-                pairs = [(f"{r['group']}/{r['topic']}/{r['partition']}".encode(), json.dumps(r).encode())
-                         for r in chunk]
+                pairs = [(f"{r['group']}/{r['topic']}/{r['partition']}".encode(),
+                          json.dumps(r, separators=(",", ":")).encode()) for r in chunk]  # compact: 10% fewer bytes
                 plog.append_batch_unchecked(build_batch(pairs, timestamp=chunk[0]["ts"]))
             written += len(part_rows)
             self.broker.logs.notifier.notify((TELEMETRY_TOPIC, partition))
