@@ -36,6 +36,13 @@ def wait_port(port: int, proc: subprocess.Popen[bytes] | None, timeout: float = 
 
 @contextlib.contextmanager
 def gregor(*overrides: str) -> Iterator[str]:
+    with gregor_process(*overrides) as (bootstrap, _proc):
+        yield bootstrap
+
+
+@contextlib.contextmanager
+def gregor_process(*overrides: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A broker subprocess: (bootstrap, process)."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="gregor-bench-")
     cmd = [sys.executable, "-m", "gregor", "serve", "--log-level", "WARNING",
@@ -45,7 +52,7 @@ def gregor(*overrides: str) -> Iterator[str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port, proc)
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", proc
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
