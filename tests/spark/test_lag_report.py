@@ -297,8 +297,8 @@ def test_report_without_samples_yet(spark, broker_factory, tmp_path):
     b = broker_factory(**{"telemetry.interval.ms": "60000"})
     opts = job.JobOptions(b.bootstrap, tmp_path / "out")
     paths = job.run(spark, opts)
-    summary = report.summarise(spark, paths, opts)
+    summary = report.summarise(paths, opts)
     assert summary.samples == 0 and summary.groups == []
-    page = report.render_html(summary, report.chart_frames(spark, paths, summary), opts)
+    page = report.render_html(summary, report.chart_frames(paths, summary), opts)
     assert page.count("<svg") == 4 and "no data in this period" in page
     assert "No telemetry samples" in report.terminal_summary(summary, tmp_path / "r.html", tmp_path)

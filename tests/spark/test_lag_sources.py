@@ -56,6 +56,9 @@ def test_per_partition_evaluation_equals_the_shuffle(spark, broker):
     got = collect(direct)
     assert got.total() == len(rows)
     assert got == collect(job.evaluate(job.load_telemetry(spark, opts), 4))
+    # evaluated 50 samples at a time, carrying each key's window: the same rows
+    assert collect(direct.sparkSession.read.format("gregor_lag_samples").option("bootstrap.servers", broker.bootstrap)
+                   .option("topic", "tel").option("window", "4").option("chunkRows", "50").load()) == got
     # --since: the read starts at the offsets of that time, and the windows start there
     since = JobOptions(broker.bootstrap, None, window=4, since_ms=1_012_000, telemetry_topic="tel")  # type: ignore
     got = collect(job.load_samples(spark, since))

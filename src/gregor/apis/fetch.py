@@ -40,10 +40,7 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes]:
     deadline = loop.time() + max_wait
     metrics = ctx.broker.metrics if ctx.broker.metrics_enabled else None
     client_id = ctx.header.client_id or ""
-    # attribute when the request arrives: a member that leaves during the long poll was a member
-    # when it asked
-    owners = {(t, p): metrics.attribution.group_of(client_id, ctx.client_host, t, p, offset, ctx.connection_state)
-              for t, p, offset, *_ in wanted if t is not None} if metrics is not None else {}
+    owners = metrics.attribute_fetch(client_id, ctx.client_host, wanted, ctx.connection_state) if metrics else {}
     while True:
         topics, total, any_error, served = _read_all(ctx, req, wanted)
         remaining = deadline - loop.time()
@@ -51,13 +48,7 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes]:
             break
         await ctx.broker.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
     if metrics is not None:
-        moved: dict[tuple[str, int], int] = {}
-        for topic, partition, messages, nbytes in served:
-            metrics.fetched(owners[(topic, partition)], topic, partition, messages, nbytes)
-            moved[(topic, partition)] = messages
-        for t, p, offset, *_ in wanted:  # where each partition's next fetch should start
-            if t is not None:
-                metrics.attribution.fetched_up_to(owners[(t, p)], t, p, offset + moved.get((t, p), 0))
+        metrics.account_fetch(owners, wanted, served)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
 
 

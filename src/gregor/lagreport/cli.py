@@ -134,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
     spark = session(args)
     try:
         paths = job.run(spark, opts)
-        summary = report.summarise(spark, paths, opts)
-        frames = report.chart_frames(spark, paths, summary)
+        summary = report.summarise(paths, opts)
+        frames = report.chart_frames(paths, summary)
     except Exception as e:  # Spark wraps the connector's errors; show the cause, not the JVM trace
         print(f"gregor lag-report: the job failed: {cause(e)}", file=sys.stderr)
         return 1

@@ -107,10 +107,11 @@ def load_commits(spark: Any, opts: JobOptions) -> Any:
             .option("topic", opts.offsets_topic).option("minPartitions", str(parallelism)).options(**until).load())
 
 
-def evaluate(samples: Any, window: int) -> Any:
+def evaluate(samples: Any, window: int, partitions: int | None = None) -> Any:
     """Telemetry samples (any DataFrame with the telemetry columns) -> evaluated samples: the rules
     of :mod:`gregor.lagreport.rules` (see :mod:`gregor.lagreport.windows`) over each group's
-    samples, which a shuffle by group brings together."""
+    samples, which a shuffle by group into ``partitions`` partitions brings together (each is
+    evaluated in memory at once)."""
     import functools
 
     from gregor.lagreport import windows
@@ -118,7 +119,7 @@ def evaluate(samples: Any, window: int) -> Any:
     if window < 2:
         raise ValueError("the window needs at least 2 samples")
     parallelism = 4 * max(1, samples.sparkSession.sparkContext.defaultParallelism)
-    return samples.repartition(parallelism, "group").mapInArrow(
+    return samples.repartition(max(parallelism, partitions or 0), "group").mapInArrow(
         functools.partial(windows.evaluate_batches, window=window), windows.OUTPUT_SCHEMA)
 
 
@@ -194,13 +195,16 @@ def run(spark: Any, opts: JobOptions) -> dict[str, Path]:
         try:
             samples = _save(spark, load_samples(spark, opts), paths["samples"])
         except Exception as e:  # noqa: BLE001 - Spark wraps the reader's error; only this one is handled
-            from gregor.lagreport.sources import SPLIT_GROUP
+            from gregor.lagreport import sources
 
-            if SPLIT_GROUP not in str(e):
+            if sources.SPLIT_GROUP not in str(e):
                 raise
             log.warning("a group's telemetry spans partitions (%s); evaluating through a shuffle by group",
-                        str(e).split(SPLIT_GROUP, 1)[1].split("\n", 1)[0].lstrip(": "))
-            samples = _save(spark, evaluate(load_telemetry(spark, opts), opts.window), paths["samples"])
+                        str(e).split(sources.SPLIT_GROUP, 1)[1].split("\n", 1)[0].lstrip(": "))
+            records = sum(e - s for _p, s, e in sources.topic_ranges({"bootstrap.servers": opts.bootstrap},
+                                                                     opts.telemetry_topic, opts.since_ms))
+            partitions = -(-records // sources.EVALUATION_CHUNK_ROWS)  # about a chunk's worth each
+            samples = _save(spark, evaluate(load_telemetry(spark, opts), opts.window, partitions), paths["samples"])
         derive(spark, samples, paths, opts.top)
         commits.result()
     return paths

@@ -1,7 +1,8 @@
 """The report over the job's tables: a self-contained HTML page with plots, and a summary.
 
-Plots are drawn from small, downsampled frames computed by Spark (at most ``BUCKETS`` points
-per line), so the page stays small whatever the volume of telemetry.
+The report reads the job's small tables (one row per group, per partition, or per group and
+sample time) straight from Parquet, with no further Spark jobs, and downsamples the plot data to
+at most ``BUCKETS`` points per line, so the page stays small whatever the volume of telemetry.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from gregor.admin.output import format_table
 from gregor.lagreport import charts, rules
-from gregor.lagreport.job import STATUS_RANK, JobOptions, status_rank
+from gregor.lagreport.job import STATUS_RANK, JobOptions
 
 BUCKETS = 240
 FOCUS_GROUPS = 8
@@ -46,63 +47,86 @@ class Summary:
                 "partitions_not_ok": self.partitions}
 
 
-def _rows(df: Any) -> list[dict[str, Any]]:
-    return [r.asDict() for r in df.collect()]
+def _read(path: Path, columns: list[str] | None = None) -> Any:
+    """A table the job wrote, as Arrow (the report's inputs are small: one row per group, per
+    partition, or per group and sample time)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(str(path), columns=columns)
 
 
-def _group_rank(F: Any) -> Any:  # noqa: N803 - pyspark.sql.functions
-    return F.when(F.col("status") == rules.ERROR, 2).when(F.col("status") == rules.WARNING, 1).otherwise(0)
+def _ranked(table: Any, ranks: dict[str, int], *then: tuple[str, str]) -> Any:
+    """Rows worst status first, then by ``then`` ((column, ascending|descending)), nulls last."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rank = pa.array([ranks.get(s, 0) if s is not None else 0 for s in table.column("status").to_pylist()],
+                    pa.int8())
+    keyed = table.append_column("_r", rank)
+    order = pc.sort_indices(keyed, sort_keys=[("_r", "descending", "at_end"), *((c, o, "at_end") for c, o in then)])
+    return keyed.take(order).drop_columns(["_r"])
 
 
-def summarise(spark: Any, paths: dict[str, Path], opts: JobOptions) -> Summary:
-    from pyspark.sql import functions as F
+def summarise(paths: dict[str, Path], opts: JobOptions) -> Summary:
+    import pyarrow.compute as pc
 
-    timeline = spark.read.parquet(str(paths["group_timeline"]))  # a tenth of the samples' rows, same bounds
-    bounds = timeline.agg(F.min("ts").alias("t0"), F.max("ts").alias("t1"), F.sum("partitions").alias("n")).first()
-    groups = (spark.read.parquet(str(paths["group_status"])).withColumn("_r", _group_rank(F))
-              .orderBy(F.col("_r").desc(), F.col("total_lag").desc_nulls_last(), "group").drop("_r"))
-    partitions = (spark.read.parquet(str(paths["partition_status"])).where(F.col("status") != rules.OK)
-                  .withColumn("_r", status_rank(F.col("status")))
-                  .orderBy(F.col("_r").desc(), F.col("lag").desc_nulls_last())
-                  .drop("_r").limit(TABLE_ROWS))
+    timeline = _read(paths["group_timeline"], ["ts", "partitions"])  # a tenth of the samples' rows, same bounds
+    bounds = pc.min_max(timeline.column("ts")).as_py() if timeline.num_rows else {"min": None, "max": None}
+    samples = pc.sum(timeline.column("partitions")).as_py() or 0
     keep = ["group", "status", "partitions", "total_lag", "max_time_lag_s", "messages_per_s", "members", "state",
             "worst_partition", "worst_partition_status", "last_seen", "last_commit_ts"]
-    return Summary(bounds["t0"], bounds["t1"], bounds["n"] or 0, opts.window, _rows(groups.select(*keep)),
-                   _rows(spark.read.parquet(str(paths["top_lagging"])).select(*keep)),
-                   _rows(partitions.select("group", "topic", "partition", "status", "committed", "log_end", "lag",
-                                           "time_lag_s", "members", "ts", "last_commit_ts")))
+    groups = _ranked(_read(paths["group_status"], keep), GROUP_RANK, ("total_lag", "descending"),
+                     ("group", "ascending"))
+    partitions = _read(paths["partition_status"], ["group", "topic", "partition", "status", "committed", "log_end",
+                                                   "lag", "time_lag_s", "members", "ts", "last_commit_ts"])
+    partitions = partitions.filter(pc.not_equal(partitions.column("status"), rules.OK))
+    partitions = _ranked(partitions, STATUS_RANK, ("lag", "descending")).slice(0, TABLE_ROWS)
+    top = _read(paths["top_lagging"], keep)
+    top = top.take(pc.sort_indices(top, sort_keys=[("total_lag", "descending", "at_end"),
+                                                   ("max_time_lag_s", "descending", "at_end"),
+                                                   ("group", "ascending", "at_end")]))
+    return Summary(bounds["min"], bounds["max"], samples, opts.window, groups.to_pylist(), top.to_pylist(),
+                   partitions.to_pylist())
 
 
-def chart_frames(spark: Any, paths: dict[str, Path], summary: Summary) -> dict[str, Any]:
-    """Downsampled pandas frames for the plots."""
-    from pyspark.sql import functions as F
+def chart_frames(paths: dict[str, Path], summary: Summary) -> dict[str, Any]:
+    """Downsampled pandas frames for the plots (at most BUCKETS points per line)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     t0, t1 = summary.t0 or 0, summary.t1 or 0
     step = max((t1 - t0) // BUCKETS + 1, 1)
-    bucket = F.floor((F.col("ts") - t0) / step).cast("long")
     focus = [g["group"] for g in summary.groups[:FOCUS_GROUPS]]
     timeline_groups = [g["group"] for g in summary.groups[:TIMELINE_GROUPS]]
-    tl = spark.read.parquet(str(paths["group_timeline"]))
-    lag = (tl.where(F.col("group").isin(focus)).withColumn("bucket", bucket).groupBy("group", "bucket")
-           .agg(F.max("total_lag").alias("total_lag"), F.max("max_time_lag_s").alias("max_time_lag_s"),
-                F.avg("messages_per_s").alias("messages_per_s"))
-           .withColumn("ts", F.col("bucket") * step + t0).toPandas())
-    worst_rank = F.greatest(*[F.when(F.col(f"partitions_{s.lower()}") > 0, r).otherwise(0)
-                              for s, r in STATUS_RANK.items()])
-    names = F.create_map(*[x for s, r in STATUS_RANK.items() for x in (F.lit(r), F.lit(s))])
-    timeline = (tl.where(F.col("group").isin(timeline_groups)).withColumn("bucket", bucket)
-                .groupBy("group", "bucket").agg(F.max(worst_rank).alias("_w"))
-                .withColumn("worst", names[F.col("_w")]).withColumn("start", F.col("bucket") * step + t0)
-                .toPandas())
+    wanted = set(focus) | set(timeline_groups)
+    counts = [f"partitions_{s.lower()}" for s in STATUS_RANK]
+    tl = _read(paths["group_timeline"], ["group", "ts", "total_lag", "max_time_lag_s", "messages_per_s", *counts])
+    tl = tl.filter(pc.is_in(tl.column("group"), value_set=pa.array(sorted(wanted), pa.string()))).to_pandas()
+    tl["bucket"] = (tl["ts"] - t0) // step
+    lag = (tl[tl["group"].isin(focus)].groupby(["group", "bucket"], as_index=False)
+           .agg(total_lag=("total_lag", "max"), max_time_lag_s=("max_time_lag_s", "max"),
+                messages_per_s=("messages_per_s", "mean")))
+    lag["ts"] = lag["bucket"] * step + t0
+    worst = np.zeros(len(tl), dtype=np.int64)  # the worst status with a partition in it, as its rank
+    for status, rank in STATUS_RANK.items():
+        worst = np.where(tl[f"partitions_{status.lower()}"].fillna(0).to_numpy() > 0, np.maximum(worst, rank), worst)
+    tl["_w"] = worst
+    names = {rank: status for status, rank in STATUS_RANK.items()}
+    timeline = tl[tl["group"].isin(timeline_groups)].groupby(["group", "bucket"], as_index=False).agg(_w=("_w", "max"))
+    timeline["worst"] = timeline["_w"].map(names)
+    timeline["start"] = timeline["bucket"] * step + t0
     order = {g: i for i, g in enumerate(timeline_groups)}
-    timeline = timeline.sort_values(by="group", key=lambda s: s.map(order)) if not timeline.empty else timeline
-    thr = spark.read.parquet(str(paths["partition_throughput"])).withColumn(
-        "name", F.concat_ws("-", "topic", F.col("partition").cast("string")))
-    busiest = [r["name"] for r in thr.groupBy("name").agg(F.sum("bytes_per_s").alias("b"))
-               .orderBy(F.col("b").desc_nulls_last()).limit(FOCUS_PARTITIONS).collect()]
-    throughput = (thr.where(F.col("name").isin(busiest)).withColumn("bucket", bucket).groupBy("name", "bucket")
-                  .agg(F.avg("messages_per_s").alias("messages_per_s"))
-                  .withColumn("ts", F.col("bucket") * step + t0).toPandas())
+    timeline = timeline.sort_values(by="group", key=lambda s: s.map(order), kind="stable") if not timeline.empty \
+        else timeline
+    thr = _read(paths["partition_throughput"], ["topic", "partition", "ts", "messages_per_s", "bytes_per_s"])
+    thr = thr.to_pandas()
+    thr["name"] = thr["topic"] + "-" + thr["partition"].astype(str)
+    busiest = thr.groupby("name")["bytes_per_s"].sum().sort_values(ascending=False).index[:FOCUS_PARTITIONS]
+    thr = thr[thr["name"].isin(busiest)]
+    thr = thr.assign(bucket=(thr["ts"] - t0) // step)
+    throughput = thr.groupby(["name", "bucket"], as_index=False).agg(messages_per_s=("messages_per_s", "mean"))
+    throughput["ts"] = throughput["bucket"] * step + t0
     return {"lag": lag, "timeline": timeline, "throughput": throughput}
 
 

@@ -12,18 +12,20 @@ so that the JVM receives finished rows once:
   records in Kafka's formats (group metadata records and tombstones are skipped).
 
 Options (strings): ``bootstrap.servers``, ``topic``; samples: ``window``, ``since``, ``until``
-(epoch ms); commits: ``until``, ``minPartitions``.
+(epoch ms), ``chunkRows`` (samples evaluated at a time per reader); commits: ``until``,
+``minPartitions``.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from gregor.lagreport import windows
+from gregor.lagreport import rules, windows
 from gregor.lagreport.job import COMMITS_FIELDS, COMMITS_SCHEMA, TELEMETRY_FIELDS
 from gregor.spark import kafka_io
 from gregor.spark.source import RangePartition, plan_ranges
@@ -31,6 +33,7 @@ from gregor.spark.source import RangePartition, plan_ranges
 SAMPLES_SOURCE = "gregor_lag_samples"
 COMMITS_SOURCE = "gregor_lag_commits"
 SPLIT_GROUP = "SplitGroupError"
+EVALUATION_CHUNK_ROWS = 1_000_000  # samples evaluated at a time in a reader (about 250 MB of Arrow)
 
 
 class SplitGroupError(RuntimeError):
@@ -52,7 +55,7 @@ class TelemetryPartition(InputPartition):
         self.topic, self.partition, self.start, self.end, self.partitions = topic, partition, start, end, partitions
 
 
-def _topic_ranges(client: dict[str, str], topic: str, since_ms: int | None) -> list[tuple[int, int, int]]:
+def topic_ranges(client: dict[str, str], topic: str, since_ms: int | None) -> list[tuple[int, int, int]]:
     """(partition, start, end) of every partition of ``topic``, from ``since_ms`` when given
     (records are never stamped before their ``ts``, so no sample at or after it is skipped)."""
     from confluent_kafka.admin import AdminClient
@@ -84,24 +87,37 @@ def _check_homes(table: Any, partition: int, partitions: int) -> None:
 
 
 def read_samples(client: dict[str, str], part: TelemetryPartition, window: int, since_ms: int | None,
-                 until_ms: int | None) -> Iterator[Any]:
-    """One whole telemetry partition -> its evaluated samples (Arrow batches)."""
+                 until_ms: int | None, chunk_rows: int = EVALUATION_CHUNK_ROWS) -> Iterator[Any]:
+    """One whole telemetry partition -> its evaluated samples (Arrow batches), evaluated in chunks
+    of about ``chunk_rows`` samples (memory stays bounded however long the history)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     schema = kafka_io.arrow_schema_of(TELEMETRY_FIELDS)
-    batches = list(kafka_io.read_range_json(client, part.topic, part.partition, part.start, part.end, False,
-                                            TELEMETRY_FIELDS))
-    table = pa.Table.from_batches(batches, schema)
-    keep = pc.and_(table.column("group").is_valid(), table.column("ts").is_valid())
-    if since_ms is not None:
-        keep = pc.and_(keep, pc.greater_equal(table.column("ts"), since_ms))
-    if until_ms is not None:
-        keep = pc.and_(keep, pc.less_equal(table.column("ts"), until_ms))
-    table = table.filter(keep)
-    _check_homes(table, part.partition, part.partitions)
-    yield from windows.evaluate_table(table.select(list(windows.INPUT_FIELDS)), window).to_batches(
-        max_chunksize=100_000)
+
+    def chunks() -> Iterator[Any]:
+        pending: list[Any] = []
+        rows = 0
+        batches = kafka_io.read_range_json(client, part.topic, part.partition, part.start, part.end, False,
+                                           TELEMETRY_FIELDS)
+        for batch in itertools.chain(batches, [None]):
+            if batch is not None:
+                pending.append(batch)
+                rows += batch.num_rows
+            if pending and (batch is None or rows >= chunk_rows):
+                table = pa.Table.from_batches(pending, schema)
+                pending, rows = [], 0
+                keep = pc.and_(table.column("group").is_valid(), table.column("ts").is_valid())
+                if since_ms is not None:
+                    keep = pc.and_(keep, pc.greater_equal(table.column("ts"), since_ms))
+                if until_ms is not None:
+                    keep = pc.and_(keep, pc.less_equal(table.column("ts"), until_ms))
+                table = table.filter(keep)
+                _check_homes(table, part.partition, part.partitions)
+                yield table.select(list(windows.INPUT_FIELDS))
+
+    for table in windows.evaluate_stream(chunks(), window):
+        yield from table.to_batches(max_chunksize=100_000)
 
 
 class SamplesSource(DataSource):
@@ -120,17 +136,18 @@ class SamplesReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.client = {"bootstrap.servers": options["bootstrap.servers"]}
         self.topic = options["topic"]
-        self.window = int(options.get("window", "10"))
+        self.window = int(options.get("window", str(rules.DEFAULT_WINDOW)))
         self.since_ms, self.until_ms = _int_option(options, "since"), _int_option(options, "until")
+        self.chunk_rows = _int_option(options, "chunkRows") or EVALUATION_CHUNK_ROWS
 
     def partitions(self) -> list[InputPartition]:
-        ranges = _topic_ranges(self.client, self.topic, self.since_ms)
+        ranges = topic_ranges(self.client, self.topic, self.since_ms)
         return [TelemetryPartition(self.topic, p, s, e, len(ranges)) for p, s, e in ranges if e > s]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, TelemetryPartition):
             return iter(())  # no data: Spark still runs one task with a placeholder partition
-        return read_samples(self.client, partition, self.window, self.since_ms, self.until_ms)
+        return read_samples(self.client, partition, self.window, self.since_ms, self.until_ms, self.chunk_rows)
 
 
 def decode_commits(pairs: Iterator[tuple[bytes | None, bytes | None]]) -> dict[str, list[Any]]:
@@ -192,7 +209,7 @@ class CommitsReader(DataSourceReader):
         self.min_partitions = _int_option(options, "minPartitions")
 
     def partitions(self) -> list[InputPartition]:
-        ranges = _topic_ranges(self.client, self.topic, None)
+        ranges = topic_ranges(self.client, self.topic, None)
         tps = {(self.topic, p): (s, e) for p, s, e in ranges}
         return list(plan_ranges({tp: s for tp, (s, _e) in tps.items()}, {tp: e for tp, (_s, e) in tps.items()},
                                 self.min_partitions))

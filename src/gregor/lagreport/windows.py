@@ -72,6 +72,11 @@ def _count(flags: Any, start: Any) -> Any:
 def evaluate_table(table: Any, window: int) -> Any:
     """Telemetry samples (an Arrow table with INPUT_FIELDS) -> the evaluated samples (OUTPUT_FIELDS),
     ordered by group, topic, partition and ts."""
+    return _evaluate(table, window)[0]
+
+
+def _evaluate(table: Any, window: int) -> tuple[Any, Any, Any]:
+    """(evaluated samples in key and time order, the input row of each, whether each starts a key)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -83,7 +88,7 @@ def evaluate_table(table: Any, window: int) -> Any:
     n = table.num_rows
     schema = arrow_schema_of(OUTPUT_FIELDS)
     if n == 0:
-        return schema.empty_table()
+        return schema.empty_table(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     codes = [pc.dictionary_encode(table.column(c), null_encoding="encode").combine_chunks().indices.to_numpy(
         zero_copy_only=False) for c in ("group", "topic")]
     part = pc.fill_null(table.column("partition").cast(pa.int64()), -(1 << 40)).to_numpy()
@@ -147,7 +152,46 @@ def evaluate_table(table: Any, window: int) -> Any:
     columns.update(messages_per_s=rate("messages"), bytes_per_s=rate("bytes"), last_commit_ts=t.column("commit_ts"),
                    window_samples=pa.array(window_samples), status=status, latest=pa.array(latest))
     return pa.Table.from_arrays([columns[name].cast(schema.field(name).type) for name, _ in OUTPUT_FIELDS],
-                                schema=schema)
+                                schema=schema), order, first
+
+
+def evaluate_stream(chunks: Iterable[Any], window: int) -> Iterator[Any]:
+    """Evaluate one reader's samples chunk by chunk (Arrow tables with INPUT_FIELDS, in arrival
+    order) in memory bounded by a chunk plus ``window`` samples per key: every key carries its
+    last ``window`` samples into the next chunk, the newest of them not yet emitted (it is
+    emitted by a later chunk, or at the end flagged ``latest``), the others as the window's
+    context. Each sample is so evaluated with the samples that arrived before it, which is the
+    whole-history result when each key's samples arrive in ``ts`` order (the broker writes them
+    so)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    carry = None  # INPUT_FIELDS + _context: the carried samples
+    for chunk in chunks:
+        if not chunk.num_rows:
+            continue
+        rows = chunk.append_column("_context", pa.array(np.zeros(chunk.num_rows, dtype=bool)))
+        if carry is not None:
+            rows = pa.concat_tables([carry, rows])
+        out, order, first = _evaluate(rows.select(list(INPUT_FIELDS)), window)
+        n = len(order)
+        last = np.ones(n, dtype=bool)
+        last[:-1] = first[1:]
+        key_end = np.flatnonzero(last)[np.cumsum(first) - 1]
+        from_end = key_end - np.arange(n)
+        context = rows.column("_context").to_numpy(zero_copy_only=False)[order]
+        pending = from_end == 0
+        emit = ~context & ~pending
+        if emit.any():
+            yield out.filter(pa.array(emit))
+        kept = from_end < window
+        carry = rows.take(pa.array(order[kept])).drop_columns(["_context"])
+        carry = carry.append_column("_context", pa.array(~pending[kept]))
+    if carry is not None:  # the newest sample of every key, with its window as context
+        out, order, _first = _evaluate(carry.select(list(INPUT_FIELDS)), window)
+        context = carry.column("_context").to_numpy(zero_copy_only=False)[order]
+        yield out.filter(pc.invert(pa.array(context)))
 
 
 def evaluate_batches(batches: Iterable[Any], window: int) -> Iterator[Any]:

@@ -9,7 +9,7 @@ offsets and lag come from the coordinator's and the logs' own state.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
@@ -36,6 +36,27 @@ class BrokerMetrics(Collector):
         self.registry.register(self)
 
     # -- hot-path hooks ----------------------------------------------------------------------
+    def attribute_fetch(self, client_id: str, host: str, wanted: Iterable[tuple[Any, ...]],
+                        connection: dict[Any, Any]) -> dict[tuple[str, int], str]:
+        """The group of each partition a fetch asks for ((topic or None, partition, offset, ...)),
+        when the request arrives: a member that leaves during the long poll was a member when it
+        asked."""
+        group_of = self.attribution.group_of
+        return {(t, p): group_of(client_id, host, t, p, offset, connection) for t, p, offset, *_ in wanted
+                if t is not None}
+
+    def account_fetch(self, owners: dict[tuple[str, int], str], wanted: Iterable[tuple[Any, ...]],
+                      served: Iterable[tuple[str, int, int, int]]) -> None:
+        """Count what a fetch served ((topic, partition, messages, bytes)) to its groups, and note
+        where each partition's next fetch should start."""
+        moved: dict[tuple[str, int], int] = {}
+        for topic, partition, messages, nbytes in served:
+            self.fetched(owners[(topic, partition)], topic, partition, messages, nbytes)
+            moved[(topic, partition)] = messages
+        for t, p, offset, *_ in wanted:
+            if t is not None:
+                self.attribution.fetched_up_to(owners[(t, p)], t, p, offset + moved.get((t, p), 0))
+
     def fetched(self, group: str, topic: str, partition: int, messages: int, nbytes: int) -> None:
         key = (group, topic, partition)
         c = self.consumed.get(key)
