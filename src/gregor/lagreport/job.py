@@ -147,39 +147,47 @@ def _save(spark: Any, df: Any, path: Path) -> Any:
 
 
 def derive(spark: Any, samples: Any, paths: dict[str, Path], top: int) -> None:
-    """The aggregate tables, from the evaluated samples, each written to its path."""
+    """The aggregate tables, from the evaluated samples, each written to its path. The two that
+    do not depend on each other run as Spark jobs beside the group timeline."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     per_status = [F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(f"partitions_{s.lower()}")
                   for s in rules.PARTITION_STATUSES]
-    timeline = _save(spark, samples.groupBy("group", "ts")
-                     .agg(F.max(status_rank(F.col("status"))).alias("_worst"), F.count("*").alias("partitions"),
-                          F.sum("lag").alias("total_lag"), F.max("time_lag_s").alias("max_time_lag_s"),
-                          F.sum("messages_per_s").alias("messages_per_s"),
-                          F.sum("bytes_per_s").alias("bytes_per_s"), F.max("members").alias("members"), *per_status)
-                     .withColumn("status", _group_status_col(F.col("_worst"))).drop("_worst"),
-                     paths["group_timeline"])
-    _save(spark, samples.groupBy("topic", "partition", "ts")
-          .agg(F.sum("messages_per_s").alias("messages_per_s"), F.sum("bytes_per_s").alias("bytes_per_s"),
-               F.max("log_end").alias("log_end")), paths["partition_throughput"])
-    partition_status = _save(spark, samples.where(F.col("latest")).drop("latest"), paths["partition_status"])
-    newest = partition_status.groupBy("group").agg(F.max("ts").alias("ts"), F.max("last_commit_ts").alias(
-        "last_commit_ts"), F.max("state").alias("state"))
-    latest = timeline.join(F.broadcast(newest.select("group", "ts")), ["group", "ts"])
-    worst = (partition_status.where(F.col("status").isNotNull())
-             .withColumn("_r", status_rank(F.col("status")))
-             .withColumn("_n", F.row_number().over(Window.partitionBy("group").orderBy(
-                 F.col("_r").desc(), F.col("lag").desc_nulls_last(), "topic", "partition")))
-             .where(F.col("_n") == 1)
-             .select("group", F.concat_ws("-", "topic", F.col("partition").cast("string")).alias("worst_partition"),
-                     F.col("status").alias("worst_partition_status")))
-    last_commit = newest.select("group", "last_commit_ts", "state")
-    group_status = _save(spark, latest.withColumnRenamed("ts", "last_seen").join(worst, "group", "left")
-                         .join(last_commit, "group", "left"), paths["group_status"])
-    _save(spark, group_status.where(F.col("total_lag") > 0)
-          .orderBy(F.col("total_lag").desc(), F.col("max_time_lag_s").desc_nulls_last(), "group").limit(top),
-          paths["top_lagging"])
+    with ThreadPoolExecutor(2, thread_name_prefix="lag-report-derive") as pool:
+        throughput = pool.submit(_save, spark, samples.groupBy("topic", "partition", "ts").agg(
+            F.sum("messages_per_s").alias("messages_per_s"), F.sum("bytes_per_s").alias("bytes_per_s"),
+            F.max("log_end").alias("log_end")), paths["partition_throughput"])
+        newest_samples = pool.submit(_save, spark, samples.where(F.col("latest")).drop("latest"),
+                                     paths["partition_status"])
+        timeline = _save(spark, samples.groupBy("group", "ts")
+                         .agg(F.max(status_rank(F.col("status"))).alias("_worst"), F.count("*").alias("partitions"),
+                              F.sum("lag").alias("total_lag"), F.max("time_lag_s").alias("max_time_lag_s"),
+                              F.sum("messages_per_s").alias("messages_per_s"),
+                              F.sum("bytes_per_s").alias("bytes_per_s"), F.max("members").alias("members"),
+                              *per_status)
+                         .withColumn("status", _group_status_col(F.col("_worst"))).drop("_worst"),
+                         paths["group_timeline"])
+        partition_status = newest_samples.result()
+        newest = partition_status.groupBy("group").agg(F.max("ts").alias("ts"), F.max("last_commit_ts").alias(
+            "last_commit_ts"), F.max("state").alias("state"))
+        latest = timeline.join(F.broadcast(newest.select("group", "ts")), ["group", "ts"])
+        worst = (partition_status.where(F.col("status").isNotNull())
+                 .withColumn("_r", status_rank(F.col("status")))
+                 .withColumn("_n", F.row_number().over(Window.partitionBy("group").orderBy(
+                     F.col("_r").desc(), F.col("lag").desc_nulls_last(), "topic", "partition")))
+                 .where(F.col("_n") == 1)
+                 .select("group", F.concat_ws("-", "topic", F.col("partition").cast("string")).alias("worst_partition"),
+                         F.col("status").alias("worst_partition_status")))
+        last_commit = newest.select("group", "last_commit_ts", "state")
+        group_status = _save(spark, latest.withColumnRenamed("ts", "last_seen").join(worst, "group", "left")
+                             .join(last_commit, "group", "left"), paths["group_status"])
+        _save(spark, group_status.where(F.col("total_lag") > 0)
+              .orderBy(F.col("total_lag").desc(), F.col("max_time_lag_s").desc_nulls_last(), "group").limit(top),
+              paths["top_lagging"])
+        throughput.result()
 
 
 def run(spark: Any, opts: JobOptions) -> dict[str, Path]:
