@@ -196,6 +196,9 @@ def run(spark: Any, opts: JobOptions) -> dict[str, Path]:
     10M samples on 2 cores: it fills the gaps of the samples job)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from gregor.lagreport import sources
+
+    sources.register(spark)  # before the threads
     tables_dir = opts.out / "tables"
     paths = {name: tables_dir / name for name in TABLES}
     with ThreadPoolExecutor(1, thread_name_prefix="lag-report-commits") as pool:
@@ -203,8 +206,6 @@ def run(spark: Any, opts: JobOptions) -> dict[str, Path]:
         try:
             samples = _save(spark, load_samples(spark, opts), paths["samples"])
         except Exception as e:  # noqa: BLE001 - Spark wraps the reader's error; only this one is handled
-            from gregor.lagreport import sources
-
             if sources.SPLIT_GROUP not in str(e):
                 raise
             log.warning("a group's telemetry spans partitions (%s); evaluating through a shuffle by group",

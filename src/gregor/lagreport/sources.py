@@ -19,6 +19,7 @@ Options (strings): ``bootstrap.servers``, ``topic``; samples: ``window``, ``sinc
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -220,6 +221,14 @@ class CommitsReader(DataSourceReader):
         return read_commits(self.client, partition, self.until_ms)
 
 
+_registering = threading.Lock()
+
+
 def register(spark: Any) -> None:
-    spark.dataSource.register(SamplesSource)
-    spark.dataSource.register(CommitsSource)
+    """Register both sources with the session, once (the job's threads may ask at the same time)."""
+    with _registering:
+        if getattr(spark, "_gregor_lag_sources", False):
+            return
+        spark.dataSource.register(SamplesSource)
+        spark.dataSource.register(CommitsSource)
+        spark._gregor_lag_sources = True
