@@ -76,3 +76,10 @@ def test_a_group_that_spans_partitions_falls_back_to_the_shuffle(spark, broker, 
     written = collect(spark.read.parquet(str(paths["samples"])))
     assert written == collect(job.evaluate(job.load_telemetry(spark, opts), 4))
     assert spark.read.parquet(str(paths["commits"])).count() == 0
+
+
+def test_sources_register_once_per_session(spark):
+    from gregor.lagreport import sources
+
+    sources.register(spark)
+    sources.register(spark)  # again, as the job's threads may: no DATA_SOURCE_ALREADY_EXISTS
