@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 
 from gregor.lagreport import rules
-from gregor.lagreport.job import TELEMETRY_SCHEMA, evaluate
+from gregor.lagreport.fields import TELEMETRY_SCHEMA
+from gregor.lagreport.job import evaluate
 from gregor.lagreport.rules import Sample, classify
 from tests.spark.test_lag_windows import expected_status, history
 
@@ -82,7 +83,7 @@ def test_spark_evaluation_matches_the_rules(spark):
 def test_telemetry_values_that_are_not_records_are_skipped():
     import json
 
-    from gregor.lagreport.job import TELEMETRY_FIELDS
+    from gregor.lagreport.fields import TELEMETRY_FIELDS
     from gregor.spark.kafka_io import arrow_schema_of, json_batches
 
     def parse(values):

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from gregor.lagreport import rules, windows
-from gregor.lagreport.job import TELEMETRY_FIELDS
+from gregor.lagreport.fields import TELEMETRY_FIELDS
 from gregor.lagreport.rules import Sample, classify
 from gregor.spark.kafka_io import arrow_schema_of
 

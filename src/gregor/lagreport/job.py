@@ -35,19 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from gregor.lagreport import rules
+from gregor.lagreport.fields import TELEMETRY_SCHEMA
 from gregor.metrics.telemetry import TELEMETRY_TOPIC
 
 log = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 KEY = ["group", "topic", "partition"]
-TELEMETRY_FIELDS = (("ts", "long"), ("broker", "int"), ("broker_start", "long"), ("group", "string"),
-                    ("topic", "string"), ("partition", "int"), ("messages", "long"), ("bytes", "long"),
-                    ("committed", "long"), ("log_end", "long"), ("lag", "long"), ("time_lag_s", "double"),
-                    ("state", "string"), ("members", "int"), ("commit_ts", "long"))
-COMMITS_FIELDS = (("group", "string"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
-                  ("commit_ts", "long"), ("metadata", "string"))
-TELEMETRY_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in TELEMETRY_FIELDS)
-COMMITS_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in COMMITS_FIELDS)
 STATUS_RANK = {rules.OK: 0, rules.WARNING: 1, rules.STALL: 2, rules.STOP: 3, rules.REWIND: 4}
 TABLES = ("samples", "commits", "group_timeline", "partition_throughput", "partition_status", "group_status",
           "top_lagging")

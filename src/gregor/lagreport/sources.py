@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from gregor.lagreport import rules, windows
-from gregor.lagreport.job import COMMITS_FIELDS, COMMITS_SCHEMA, TELEMETRY_FIELDS
+from gregor.lagreport.fields import COMMITS_FIELDS, COMMITS_SCHEMA, TELEMETRY_FIELDS
 from gregor.spark import kafka_io
 from gregor.spark.source import RangePartition, plan_ranges
 
