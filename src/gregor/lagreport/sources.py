@@ -67,10 +67,8 @@ def topic_ranges(client: dict[str, str], topic: str, since_ms: int | None) -> li
         raise RuntimeError(f"topic {topic} is not available: {meta.error if meta else 'unknown topic'}")
     tps = [(topic, p) for p in sorted(meta.partitions)]
     marks = kafka_io.watermarks(client, tps)
-    starts = {tp: lo for tp, (lo, _hi) in marks.items()}
-    if since_ms is not None:
-        at = kafka_io.offsets_for_time(client, tps, since_ms)
-        starts = {tp: (o if o >= 0 else marks[tp][1]) for tp, o in at.items()}
+    starts = ({tp: lo for tp, (lo, _hi) in marks.items()} if since_ms is None
+              else kafka_io.offsets_for_time(client, tps, since_ms, marks))
     return [(p, max(starts[(t, p)], marks[(t, p)][0]), marks[(t, p)][1]) for t, p in tps]
 
 
@@ -211,9 +209,9 @@ class CommitsReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         ranges = topic_ranges(self.client, self.topic, None)
-        tps = {(self.topic, p): (s, e) for p, s, e in ranges}
-        return list(plan_ranges({tp: s for tp, (s, _e) in tps.items()}, {tp: e for tp, (_s, e) in tps.items()},
-                                self.min_partitions))
+        starts = {(self.topic, p): s for p, s, _e in ranges}
+        ends = {(self.topic, p): e for p, _s, e in ranges}
+        return list(plan_ranges(starts, ends, self.min_partitions))
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, RangePartition):

@@ -92,8 +92,8 @@ def _evaluate(table: Any, window: int) -> tuple[Any, Any, Any]:
     codes = [pc.dictionary_encode(table.column(c), null_encoding="encode").combine_chunks().indices.to_numpy(
         zero_copy_only=False) for c in ("group", "topic")]
     part = pc.fill_null(table.column("partition").cast(pa.int64()), -(1 << 40)).to_numpy()
-    ts_all = table.column("ts").to_numpy().astype(np.int64, copy=False)
-    order = np.lexsort((ts_all, part, codes[1], codes[0]))
+    ts_in = table.column("ts").to_numpy().astype(np.int64, copy=False)
+    order = np.lexsort((ts_in, part, codes[1], codes[0]))
     t = table.take(pa.array(order))
     index = np.arange(n)
     g, tp, p = codes[0][order], codes[1][order], part[order]
@@ -108,7 +108,7 @@ def _evaluate(table: Any, window: int) -> tuple[Any, Any, Any]:
         out[:1] = values[:1]
         return out
 
-    ts = t.column("ts").to_numpy().astype(np.int64, copy=False)
+    ts = ts_in[order]
     start, start_ok = _int_column(t, "broker_start")
     secs = (ts - prev(ts)) / 1000.0
     timed = has_prev & (secs > 0)
@@ -186,8 +186,8 @@ def evaluate_stream(chunks: Iterable[Any], window: int) -> Iterator[Any]:
         if emit.any():
             yield out.filter(pa.array(emit))
         kept = from_end < window
-        carry = rows.take(pa.array(order[kept])).drop_columns(["_context"])
-        carry = carry.append_column("_context", pa.array(~pending[kept]))
+        carry = rows.take(pa.array(order[kept]))
+        carry = carry.set_column(carry.schema.get_field_index("_context"), "_context", pa.array(~pending[kept]))
     if carry is not None:  # the newest sample of every key, with its window as context
         out, order, _first = _evaluate(carry.select(list(INPUT_FIELDS)), window)
         context = carry.column("_context").to_numpy(zero_copy_only=False)[order]

@@ -64,13 +64,17 @@ def watermarks(client: dict[str, str], tps: list[TP]) -> dict[TP, tuple[int, int
         c.close()
 
 
-def offsets_for_time(client: dict[str, str], tps: list[TP], ts: int) -> dict[TP, int]:
+def offsets_for_time(client: dict[str, str], tps: list[TP], ts: int,
+                     marks: dict[TP, tuple[int, int]]) -> dict[TP, int]:
+    """The offset of each partition's first record stamped at or after ``ts``; its high watermark
+    (from ``marks``) where there is none."""
     from confluent_kafka import TopicPartition
 
     c = _consumer(client)
     try:
         found = c.offsets_for_times([TopicPartition(t, p, ts) for t, p in tps], timeout=30)
-        return {(f.topic, f.partition): f.offset for f in found}
+        return {(f.topic, f.partition): f.offset if f.offset >= 0 else marks[(f.topic, f.partition)][1]
+                for f in found}
     finally:
         c.close()
 

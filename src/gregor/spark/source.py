@@ -86,8 +86,7 @@ class GregorDataSource(DataSource):
 def _starting(opts: SourceOptions, tps: list[kafka_io.TP], marks: dict[kafka_io.TP, tuple[int, int]]
               ) -> dict[kafka_io.TP, int]:
     if opts.starting_timestamp is not None:
-        at = kafka_io.offsets_for_time(opts.client, tps, opts.starting_timestamp)
-        return {tp: (o if o >= 0 else marks[tp][1]) for tp, o in at.items()}
+        return kafka_io.offsets_for_time(opts.client, tps, opts.starting_timestamp, marks)
     return kafka_io.resolve(opts.starting, tps, marks, "startingOffsets")
 
 
