@@ -51,6 +51,18 @@ def test_batch_read_equals_plain_consumer(spark, broker):
     assert sorted(r.offset for r in part) == list(range(10, 20))
 
 
+def test_starting_timestamp_reads_from_the_first_record_at_that_time(spark, broker):
+    create(broker.bootstrap, "sp-time", 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):  # partition 0 stamped 1000..1009 s; partition 1 only before the start time
+        p.produce("sp-time", value=b"%d" % i, partition=0, timestamp=1_000_000 + i * 1000)
+        p.produce("sp-time", value=b"old", partition=1, timestamp=1_000_000)
+    assert p.flush(10) == 0
+    rows = (spark.read.format("gregor").option("bootstrap.servers", broker.bootstrap).option("subscribe", "sp-time")
+            .option("startingTimestamp", "1006500").load().select("partition", "offset").collect())
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, 7), (0, 8), (0, 9)]  # none in partition 1
+
+
 def test_batch_read_of_an_empty_topic_is_empty(spark, broker):
     create(broker.bootstrap, "sp-empty", 2)
     df = (spark.read.format("gregor").option("bootstrap.servers", broker.bootstrap)
