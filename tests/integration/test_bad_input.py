@@ -126,3 +126,75 @@ def test_data_dir_in_use_is_refused(broker):
                         "--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"],
                        capture_output=True, timeout=30)
     assert r.returncode == 2 and b"in use" in r.stderr
+
+
+# Issue 10, defects 1-3: the frames found against an earlier main, sent to a live broker.
+HUGE_COUNTS = {
+    "metadata v12": "000000130003000c00000001000372656c00ffffffff0f",
+    # the same count in the first array of DeleteGroups v2, Fetch v12/v13 and DescribeConfigs v4
+    "delete_groups v2": "00000013002a000200000001000372656c00ffffffff0f",
+    "describe_configs v4": "000000130020000400000001000372656c00ffffffff0f",
+}
+
+
+@pytest.mark.parametrize("hex_frame", HUGE_COUNTS.values(), ids=HUGE_COUNTS.keys())
+def test_huge_array_count_closes_only_that_connection(broker, hex_frame):
+    produce_and_check(broker)
+    w = Wire(broker.bootstrap)
+    w.send_raw(bytes.fromhex(hex_frame))
+    assert w.closed_by_peer()
+    assert broker.alive()
+    produce_and_check(broker)
+    assert "claims 4294967294 elements" in broker.output()
+
+
+def test_huge_count_in_a_fetch_request_is_refused(broker):
+    w = Wire(broker.bootstrap)
+    for version in (12, 13):
+        frame = bytearray(w.request_bytes(ApiKey.FETCH, version, {"max_wait": 100, "topics": []}))
+        # the topics array is the first compact array after the fixed fields; count it as 2^32-2
+        at = frame.index(b"\x01", 4 + 2 + 2 + 4 + 2 + 4 + 1)
+        frame[at:at + 1] = b"\xff\xff\xff\xff\x0f"
+        frame[0:4] = struct.pack(">i", len(frame) - 4)
+        w2 = Wire(broker.bootstrap)
+        w2.send_raw(bytes(frame))
+        assert w2.closed_by_peer()
+    assert broker.alive()
+    produce_and_check(broker)
+
+
+def test_unknown_tagged_field_is_skipped_like_kafka(broker):
+    w = Wire(broker.bootstrap)
+    w.send_raw(bytes.fromhex("000000140003000c00000001000372656c00010100010500"))  # Metadata v12 + tag 5
+    frame = w.recv_frame()
+    assert struct.unpack_from(">i", frame)[0] == 1  # correlation id
+    from gregor.protocol import codec
+
+    resp = codec.decode_response(ApiKey.METADATA, 12, frame[5:])
+    assert resp.brokers and resp.brokers[0].port == broker.port
+    assert "Traceback" not in broker.output()
+
+
+def test_null_for_non_nullable_array_is_malformed_not_a_handler_error(broker):
+    w = Wire(broker.bootstrap)
+    w.send_raw(bytes.fromhex("000000150014000100000001000372656cffffffff000003e8"))  # DeleteTopics v1
+    assert w.closed_by_peer()
+    out = broker.output()
+    assert "non-nullable field topic_names was serialized as null" in out
+    assert "Traceback" not in out and "TypeError" not in out
+    produce_and_check(broker)
+
+
+def test_any_nonzero_boolean_byte_is_true(broker):
+    w = Wire(broker.bootstrap)
+    frame = bytearray(w.request_bytes(ApiKey.METADATA, 12, {"topics": [{"name": "bool-topic"}],
+                                                          "allow_auto_topic_creation": True}))
+    assert frame[-3:] == b"\x01\x00\x00"  # allow_auto_topic_creation, include_topic_authorized_ops, tags
+    frame[-3] = 0x02
+    w.send_raw(bytes(frame))
+    resp_frame = w.recv_frame()
+    from gregor.protocol import codec
+
+    resp = codec.decode_response(ApiKey.METADATA, 12, resp_frame[5:])
+    assert resp.topics[0].name == "bool-topic"
+    assert resp.topics[0].error_code in (ErrorCode.none, ErrorCode.leader_not_available)

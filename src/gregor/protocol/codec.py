@@ -28,6 +28,7 @@ from kio.serial.errors import SerialError
 
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.request_check import MalformedRequest, check_request
 
 _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -118,10 +119,16 @@ def _writer(cls: Any) -> Callable[..., Any]:
 
 
 def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
+    """The request body as kio's dataclass. The bytes are walked first with bounded counts
+    (``request_check``): whatever the bytes, this raises RequestDecodeError or returns a request
+    whose every non-nullable field holds a value."""
     cls = request_schema(api_key, version)
     try:
+        frame = check_request(cls, frame, offset)
         obj, size = _reader(cls)(frame, offset)
-    except (SerialError, ValueError, TypeError, UnicodeDecodeError) as e:
+    except MalformedRequest as e:
+        raise RequestDecodeError(f"{ApiKey(api_key).name} v{version}: {e}") from None
+    except (SerialError, ValueError, TypeError, UnicodeDecodeError, KeyError, IndexError, OverflowError) as e:
         raise RequestDecodeError(f"{ApiKey(api_key).name} v{version}: {e}") from e
     # Bytes after the body are ignored, as Kafka's request parser ignores them: librdkafka sends
     # fields past their last version (e.g. Metadata v12 with the v8-v10 authorized-operations flag).

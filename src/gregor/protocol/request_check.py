@@ -1,0 +1,358 @@
+"""A bounded walk over a request body before kio's native reader sees it.
+
+kio decodes requests in native code, fast, but it trusts the counts it reads: a compact array
+whose count is 2^32-1 makes it allocate ``count * 8`` bytes before it notices that the frame
+ends, and the allocation failure aborts the whole process. Kafka's own generated readers check
+every count against the bytes left and fail only the request. This module gives Gregor the same
+guarantee without giving up the native reader: for every request schema it compiles (once, from
+the same generated metadata kio reads) a checker that walks the bytes and
+
+- bounds every length and count by the bytes that remain (an array of N elements needs at least
+  N times its element's smallest encoding), and every request by :data:`MAX_ELEMENTS` array
+  elements in all, so what kio allocates is proportional to the frame, which
+  ``socket.request.max.bytes`` bounds;
+- refuses null for a non-nullable string, bytes or array field, as Kafka's readers do ("non-nullable
+  field was serialized as null"), so handlers never see ``None`` where the schema promises a value;
+- skips tagged fields it does not know (what tagged fields are for: a newer client may send them),
+  and reads a boolean byte other than 0 or 1 as true, as Kafka does.
+
+Only then does kio read the body. The last two points need the bytes changed before kio reads
+them (kio refuses both); the walk returns the few edits to make, and the common case, a
+well-formed request, costs one pass and no copy. Anything the walk refuses raises
+:class:`MalformedRequest`, and the connection that sent it is closed, as Kafka closes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import types
+import typing
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from kio.serial._introspect import get_field_tag, get_schema_field_type
+
+# Every array element of a request counts against this (kio builds one Python object or value
+# per element). Real requests stay far below: a Fetch of 10,000 partitions, a CreateTopics of
+# 10,000 partitions with their replica lists, an OffsetCommit of 50,000 partitions.
+MAX_ELEMENTS = 1_000_000
+
+_FIXED_SIZE = {
+    "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
+    "timedelta_i32": 4, "int64": 8, "uint64": 8, "float64": 8, "timedelta_i64": 8, "datetime_i64": 8,
+    "uuid": 16,
+}
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class MalformedRequest(Exception):
+    """The body does not follow its schema; Kafka closes the connection for such a request."""
+
+
+class _Walk:
+    """What one walk carries: the element budget and the edits to make before kio reads."""
+
+    __slots__ = ("budget", "edits")
+
+    def __init__(self) -> None:
+        self.budget = MAX_ELEMENTS
+        self.edits: list[tuple[int, int, bytes]] = []  # (start, end, replacement), in order
+
+
+# A checker: (buffer, position, end, walk) -> position after the value.
+Check = Callable[[bytes, int, int, _Walk], int]
+
+
+def read_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """An unsigned varint of at most 5 bytes (Kafka's limit for 32-bit varints)."""
+    result = shift = 0
+    for _ in range(5):
+        if pos >= end:
+            raise MalformedRequest("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+    raise MalformedRequest("varint longer than 5 bytes")
+
+
+def _truncated(what: str) -> MalformedRequest:
+    return MalformedRequest(f"{what} runs past the end of the request")
+
+
+def _non_nullable(name: str) -> MalformedRequest:
+    return MalformedRequest(f"non-nullable field {name} was serialized as null")
+
+
+# -- primitives -------------------------------------------------------------------------------
+
+def _fixed(size: int, name: str) -> Check:
+    def check(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+        pos += size
+        if pos > end:
+            raise _truncated(name)
+        return pos
+    check.fixed_size = size  # type: ignore[attr-defined]  # lets arrays of it skip in one step
+    return check
+
+
+def _bool(name: str) -> Check:
+    def check(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+        if pos >= end:
+            raise _truncated(name)
+        if buf[pos] > 1:
+            w.edits.append((pos, pos + 1, b"\x01"))  # Kafka: any nonzero byte is true
+        return pos + 1
+    return check
+
+
+def _sized(name: str, flexible: bool, nullable: bool, short: bool) -> Check:
+    """string (int16 length), bytes and records (int32 length), or their compact forms."""
+    if flexible:
+        def compact(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+            n, pos = read_uvarint(buf, pos, end)
+            if n == 0:
+                if not nullable:
+                    raise _non_nullable(name)
+                return pos
+            pos += n - 1
+            if pos > end:
+                raise _truncated(name)
+            return pos
+        return compact
+    unpack, width, null = (_I16.unpack_from, 2, b"\xff\xff") if short else (_I32.unpack_from, 4, b"\xff\xff\xff\xff")
+
+    def legacy(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+        if pos + width > end:
+            raise _truncated(name)
+        (n,) = unpack(buf, pos)
+        if n < 0:
+            if not nullable:
+                raise _non_nullable(name)
+            if n != -1:
+                w.edits.append((pos, pos + width, null))  # Kafka reads any negative length as null
+            return pos + width
+        pos += width + n
+        if pos > end:
+            raise _truncated(name)
+        return pos
+    return legacy
+
+
+def _array(name: str, element: Check, min_size: int, flexible: bool, nullable: bool) -> Check:
+    fixed = element if min_size and getattr(element, "fixed_size", None) == min_size else None
+
+    def elements(buf: bytes, pos: int, end: int, w: _Walk, count: int) -> int:
+        if min_size and count > (end - pos) // min_size:
+            raise MalformedRequest(f"array {name} claims {count} elements, more than the request holds")
+        w.budget -= count
+        if w.budget < 0:
+            raise MalformedRequest(f"more than {MAX_ELEMENTS} array elements in one request")
+        if fixed is not None:
+            return pos + count * min_size  # bounds already checked above
+        for _ in range(count):
+            pos = element(buf, pos, end, w)
+        return pos
+
+    if flexible:
+        def compact(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+            n, pos = read_uvarint(buf, pos, end)
+            if n == 0:
+                if not nullable:
+                    raise _non_nullable(name)
+                return pos
+            return elements(buf, pos, end, w, n - 1)
+        return compact
+
+    def legacy(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+        if pos + 4 > end:
+            raise _truncated(name)
+        (n,) = _I32.unpack_from(buf, pos)
+        pos += 4
+        if n < 0:
+            if not nullable:
+                raise _non_nullable(name)
+            if n != -1:
+                w.edits.append((pos - 4, pos, b"\xff\xff\xff\xff"))
+            return pos
+        return elements(buf, pos, end, w, n)
+    return legacy
+
+
+def _nullable_struct(name: str, inner: Check) -> Check:
+    """KIP-893: an int8 marker, -1 for null, then the struct."""
+    def check(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+        if pos >= end:
+            raise _truncated(name)
+        marker = buf[pos]
+        if marker == 0xFF:
+            return pos + 1
+        if marker != 1:
+            raise MalformedRequest(f"invalid null marker {marker} for {name}")
+        return inner(buf, pos + 1, end, w)
+    return check
+
+
+# -- structs ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(slots=True)
+class _Compiled:
+    check: Check
+    min_size: int
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    if typing.get_origin(tp) in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0], True
+    return tp, False
+
+
+def _field(f: dataclasses.Field[Any], hint: Any, flexible: bool) -> _Compiled:
+    name = f.name
+    tp, nullable = _unwrap_optional(hint)
+    if typing.get_origin(tp) is tuple:
+        elem_tp, elem_nullable = _unwrap_optional(typing.get_args(tp)[0])
+        if dataclasses.is_dataclass(elem_tp):
+            inner = struct_checker(typing.cast(type, elem_tp))
+            elem = _Compiled(inner.check, inner.min_size)
+        else:
+            elem = _primitive(name, get_schema_field_type(f), flexible, elem_nullable)
+        return _Compiled(_array(name, elem.check, elem.min_size, flexible, nullable), 1 if flexible else 4)
+    if dataclasses.is_dataclass(tp):
+        inner = struct_checker(tp)  # type: ignore[arg-type]
+        if nullable and get_field_tag(f) is None:
+            return _Compiled(_nullable_struct(name, inner.check), 1)
+        return inner
+    return _primitive(name, get_schema_field_type(f), flexible, nullable)
+
+
+def _primitive(name: str, kafka_type: str, flexible: bool, nullable: bool) -> _Compiled:
+    size = _FIXED_SIZE.get(kafka_type)
+    if size is not None:
+        return _Compiled(_fixed(size, name), size)
+    if kafka_type == "bool":
+        return _Compiled(_bool(name), 1)
+    if kafka_type in ("string", "bytes", "records"):
+        # records may be null in every version (Produce); kio's type says so
+        return _Compiled(_sized(name, flexible, nullable or kafka_type == "records", kafka_type == "string"),
+                         1 if flexible else (2 if kafka_type == "string" else 4))
+    raise NotImplementedError(f"kafka_type {kafka_type!r} in a request schema")
+
+
+def _merge_fixed(checks: list[tuple[Check, int | None]]) -> list[Check]:
+    """Runs of fixed-size fields become one bounds check."""
+    out: list[Check] = []
+    run = 0
+    for check, size in checks:
+        if size is not None:
+            run += size
+            continue
+        if run:
+            out.append(_fixed(run, "field"))
+            run = 0
+        out.append(check)
+    if run:
+        out.append(_fixed(run, "field"))
+    return out
+
+
+def _tagged_section(name: str, known: dict[int, Check]) -> Check:
+    def check(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+        start = pos
+        count, pos = read_uvarint(buf, pos, end)
+        unknown = False
+        kept: list[tuple[int, int]] = []  # byte ranges of the tagged fields kio knows
+        for _ in range(count):
+            entry = pos
+            tag, pos = read_uvarint(buf, pos, end)
+            size, pos = read_uvarint(buf, pos, end)
+            stop = pos + size
+            if stop > end:
+                raise _truncated(f"tagged field {tag} of {name}")
+            inner = known.get(tag)
+            if inner is None:
+                unknown = True
+            else:
+                if inner(buf, pos, stop, w) > stop:
+                    raise _truncated(f"tagged field {tag} of {name}")
+                kept.append((entry, stop))
+            pos = stop
+        if unknown:
+            _drop_unknown_tags(buf, start, pos, kept, w)
+        return pos
+    return check
+
+
+def _drop_unknown_tags(buf: bytes, start: int, stop: int, kept: list[tuple[int, int]], w: _Walk) -> None:
+    """Rewrite a tagged-field section with only the fields kio knows (Kafka keeps the unknown
+    ones aside and ignores them). Edits made inside the kept fields are applied here."""
+    inner = [e for e in w.edits if start <= e[0] < stop]
+    del w.edits[len(w.edits) - len(inner):]
+    section = bytearray()
+    n = len(kept)
+    while n >= 0x80:
+        section.append((n & 0x7F) | 0x80)
+        n >>= 7
+    section.append(n)
+    for a, b in kept:
+        section += apply_edits(buf[a:b], [(s - a, e - a, r) for s, e, r in inner if a <= s < b])
+    w.edits.append((start, stop, bytes(section)))
+
+
+@cache
+def struct_checker(cls: type) -> _Compiled:
+    flexible = bool(getattr(cls, "__flexible__", False))
+    hints = typing.get_type_hints(cls)
+    plain: list[tuple[Check, int | None]] = []
+    tagged: dict[int, Check] = {}
+    min_size = 0
+    for f in dataclasses.fields(cls):
+        compiled = _field(f, hints[f.name], flexible)
+        tag = get_field_tag(f)
+        if tag is not None:
+            tagged[int(tag)] = compiled.check
+            continue
+        plain.append((compiled.check, getattr(compiled.check, "fixed_size", None)))
+        min_size += compiled.min_size
+    steps = _merge_fixed(plain)
+    if flexible:
+        steps.append(_tagged_section(cls.__name__, tagged))
+        min_size += 1
+    steps_t = tuple(steps)
+    if len(steps_t) == 1 and getattr(steps_t[0], "fixed_size", None):
+        return _Compiled(steps_t[0], min_size)  # a struct of fixed-size fields: one bounds check
+
+    def check(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+        for step in steps_t:
+            pos = step(buf, pos, end, w)
+        return pos
+
+    return _Compiled(check, min_size)
+
+
+def apply_edits(buf: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
+    out = bytearray()
+    pos = 0
+    for start, stop, replacement in sorted(edits):
+        out += buf[pos:start]
+        out += replacement
+        pos = stop
+    out += buf[pos:]
+    return bytes(out)
+
+
+def check_request(cls: type, buf: bytes, offset: int) -> bytes:
+    """Walk the body of ``cls`` at ``offset``; return the bytes kio may read (``buf`` itself
+    unless a field had to be normalised). Raises :class:`MalformedRequest`."""
+    w = _Walk()
+    struct_checker(cls).check(buf, offset, len(buf), w)
+    if w.edits:
+        return apply_edits(buf, w.edits)
+    return buf
