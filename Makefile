@@ -2,24 +2,41 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+CORE_STAMP := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
+# Debian packages the tests use (kcat; chromium to look at the lag report); Java 17+ for Spark is
+# added by java-deps. The broker itself needs none of them.
 APT_PACKAGES := kcat chromium
 
-.PHONY: setup system-deps run test lint bench clean
+.PHONY: setup system-deps java-deps run lag-report test lint bench clean
 
+# Everything the tests need: the package with its dev and Spark extras, Debian packages, Java.
 setup: $(STAMP) system-deps
 
-$(STAMP): pyproject.toml
+# The broker alone: the package and its core dependencies (make run).
+$(CORE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(CORE_STAMP)
+
+$(STAMP): $(CORE_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
-# Debian packages the tests use (kcat; chromium to look at the lag report; Java 17+ for Spark). Installed with apt-get when missing;
-# needs root or sudo.
-system-deps:
+# Installed with apt-get when missing; needs root or sudo.
+system-deps: java-deps
 	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# Java 17+ for Spark (the connector's tests and gregor lag-report).
+java-deps:
+	@missing=""; \
 	jv=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	if [ -z "$$jv" ] || [ "$$jv" -lt 17 ]; then missing="$$missing openjdk-17-jre-headless"; fi; \
 	if [ -n "$$missing" ]; then \
@@ -28,8 +45,12 @@ system-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-run: setup
+run: $(CORE_STAMP)
 	$(BIN)/gregor serve $(ARGS)
+
+# The Spark lag report over a running broker: make lag-report ARGS="--bootstrap-server 127.0.0.1:9092"
+lag-report: $(STAMP) java-deps
+	$(BIN)/gregor lag-report $(ARGS)
 
 test: setup
 	$(BIN)/pytest -q $(PYTEST_ARGS)

@@ -145,3 +145,26 @@ def test_lag_report_bad_input_fails_before_spark(broker_factory, tmp_path):
     assert rc == 1 and "no topic __gregor_telemetry" in err, err
     assert not out.exists()
     assert b.alive()
+
+
+def test_options_in_any_order_like_kafkas_scripts(broker):
+    """Issue 10: the tool's options after the action and its arguments, as operators type them."""
+    b = broker.bootstrap
+    p = Producer({"bootstrap.servers": b})
+    p.produce("anyorder", value=b"x")
+    p.flush(10)
+    c = Consumer({"bootstrap.servers": b, "group.id": "billing", "auto.offset.reset": "earliest"})
+    c.subscribe(["anyorder"])
+    assert c.consume(1, 20)
+    c.commit(asynchronous=False)
+    c.close()
+    for argv in (["groups", "describe", "billing", "--bootstrap-server", b, "--json"],
+                 ["groups", "describe", "--json", "billing", "--bootstrap-server", b],
+                 ["groups", "--bootstrap-server", b, "describe", "billing", "--json"],
+                 ["groups", "--json", "describe", "billing", "--bootstrap-server", b]):
+        r = subprocess.run([sys.executable, "-m", "gregor", *argv], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (argv, r.stderr)
+        assert json.loads(r.stdout)["group"] == "billing", argv
+    r = subprocess.run([sys.executable, "-m", "gregor", "topics", "list", "--bootstrap-server", b, "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "anyorder" in json.loads(r.stdout)

@@ -9,7 +9,7 @@ import datetime
 from typing import Any
 
 from gregor.admin.client import AdminClient, AdminError
-from gregor.admin.output import add_action, emit
+from gregor.admin.output import add_action, add_common_options, emit
 from gregor.coordinator.group.partitioner import java_string_hashcode, kafka_abs
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.consumer_protocol import decode_assignment
@@ -20,8 +20,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("groups", help="consumer groups (like kafka-consumer-groups.sh)")
-    p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_common_options(p)
     gs = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     add_action(gs, "list", "every group with its state")
     d = add_action(gs, "describe", "members, assignment, committed offsets and lag")

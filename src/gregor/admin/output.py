@@ -7,10 +7,21 @@ import json
 from typing import Any
 
 
+def add_common_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
+    """--bootstrap-server and --json, on the tool and again on each of its actions, so that they
+    may stand anywhere on the line, as with Kafka's scripts (``gregor groups describe billing
+    --bootstrap-server host:9092 --json``). On an action they default to SUPPRESS, so a value
+    given before the action's name is kept."""
+    p.add_argument("--bootstrap-server", default=argparse.SUPPRESS if suppress else "127.0.0.1:9092",
+                   metavar="HOST:PORT", help="a broker to bootstrap from (default 127.0.0.1:9092)")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                   help="machine-readable output")
+
+
 def add_action(subparsers: Any, name: str, help_: str) -> argparse.ArgumentParser:
-    """A sub-command that also takes --json after its name (``gregor groups list --json``)."""
+    """A sub-command that takes the tool's options after its name too (``gregor groups list --json``)."""
     p: argparse.ArgumentParser = subparsers.add_parser(name, help=help_)
-    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    add_common_options(p, suppress=True)
     return p
 
 

@@ -6,15 +6,14 @@ import argparse
 from typing import Any
 
 from gregor.admin.client import AdminClient, AdminError
-from gregor.admin.output import add_action, emit
+from gregor.admin.output import add_action, add_common_options, emit
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("topics", help="topics (like kafka-topics.sh)")
-    p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_common_options(p)
     ts = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     ls = add_action(ts, "list", "topic names")
     ls.add_argument("--exclude-internal", action="store_true")
