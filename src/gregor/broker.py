@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from pathlib import Path
@@ -15,6 +16,7 @@ from gregor.cluster.topics import Topic, TopicRegistry, validate_topic_name
 from gregor.config import BrokerConfig, ConfigError, parse_topic_config
 from gregor.log.log_manager import LogManager
 from gregor.log.partition_log import PartitionLog
+from gregor.log.storage_errors import FD_CACHE, StorageError, describe
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import load_all_apis
 
@@ -29,6 +31,9 @@ class Broker:
         self.node_id: int = config["node.id"]
         self.data_dir: Path = config.data_dir
         self.topics = TopicRegistry(self.data_dir)
+        self._creating: set[str] = set()  # topics whose files a worker thread is making
+        self._tombstones: list[Path] = []
+        FD_CACHE.capacity = config["log.segment.open.files.max"]
         self.logs = LogManager(self.data_dir, config.topic_defaults(), self.topics)
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.cluster_id = ""
@@ -159,20 +164,51 @@ class Broker:
 
     def create_topic(self, name: str, partitions: int, configs: dict[str, str | None],
                      validate_only: bool = False, internal: bool = False) -> Topic | None:
+        """Create a topic at once (auto-creation, internal topics: few partitions). CreateTopics
+        uses ``create_topic_async``. Files first, then the registry: a crash in between leaves
+        directories of no registered topic, removed at the next start."""
+        partitions, parsed = self._check_new_topic(name, partitions, configs)
+        if validate_only:
+            return None
+        topic = self.topics.new_topic(name, partitions, parsed, internal=internal)
+        self._commit_topic(topic, self.logs.build_logs(topic))
+        return topic
+
+    async def create_topic_async(self, name: str, partitions: int, configs: dict[str, str | None],
+                                 validate_only: bool = False) -> Topic | None:
+        """CreateTopics: the partitions' files are made in a worker thread, so that the event loop
+        keeps serving other requests; answered once they exist and the registry is saved."""
+        partitions, parsed = self._check_new_topic(name, partitions, configs)
+        if validate_only:
+            return None
+        topic = self.topics.new_topic(name, partitions, parsed)
+        self._creating.add(name)
+        try:
+            logs = await asyncio.to_thread(self.logs.build_logs, topic)
+        finally:
+            self._creating.discard(name)
+        self._commit_topic(topic, logs)
+        return topic
+
+    def _check_new_topic(self, name: str, partitions: int,
+                         configs: dict[str, str | None]) -> tuple[int, dict[str, Any]]:
         validate_topic_name(name)
-        if self.topics.get(name) is not None:
+        if self.topics.get(name) is not None or name in self._creating:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic '{name}' already exists")
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise KafkaError(ErrorCode.invalid_partitions, f"number of partitions must be 1..{MAX_PARTITIONS}")
-        parsed = self.parse_topic_configs(configs)
-        if validate_only:
-            return None
-        topic = self.topics.add(name, partitions, parsed, internal=internal)
-        self.logs.create_logs(topic)
-        log.info("created topic %s with %d partitions, configs %s", name, partitions, parsed)
-        return topic
+        return partitions, self.parse_topic_configs(configs)
+
+    def _commit_topic(self, topic: Topic, logs: list[PartitionLog]) -> None:
+        try:
+            self.topics.add_topic(topic)
+        except OSError as e:
+            self.logs.discard(logs)
+            raise StorageError(f"cannot save the topic registry: {describe(e)}") from None
+        self.logs.register(logs)
+        log.info("created topic %s with %d partitions, configs %s", topic.name, topic.partitions, topic.configs)
 
     @staticmethod
     def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, Any]:
@@ -194,10 +230,20 @@ class Broker:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' does not exist")
         if topic.internal:
             raise KafkaError(ErrorCode.topic_authorization_failed, f"internal topic '{name}' cannot be deleted")
-        self.topics.remove(name)
-        self.logs.delete_logs(topic)
+        self.topics.forget(name)
+        tombstones = self.logs.delete_logs(topic)
         self.coordinator.on_topic_deleted(name)
         log.info("deleted topic %s", name)
+        self._tombstones = tombstones
+        return topic
+
+    async def delete_topic_async(self, name: str) -> Topic:
+        """DeleteTopics: forget the topic, rename its partition directories to ``-delete`` ones,
+        delete their files in a worker thread (the space is free when this returns), then save
+        the registry. Needs no free space; see LogManager.delete_logs for crash safety."""
+        topic = self.delete_topic(name)
+        tombstones, self._tombstones = self._tombstones, []
+        await self.logs.purge(tombstones)
         return topic
 
     def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
@@ -213,11 +259,40 @@ class Broker:
             raise KafkaError(ErrorCode.invalid_partitions, f"number of partitions must be at most {MAX_PARTITIONS}")
         if validate_only:
             return
+        self._commit_partitions(topic, count, self.logs.build_logs(dataclasses.replace(topic, partitions=count),
+                                                                   topic.partitions))
+
+    async def add_partitions_async(self, name: str, count: int, validate_only: bool = False) -> None:
+        """CreatePartitions: as ``add_partitions``, the new files made in a worker thread."""
+        self.add_partitions(name, count, validate_only=True)
+        if validate_only:
+            return
+        topic = self.topics.get(name)
+        assert topic is not None
+        old = topic.partitions
+        if name in self._creating:
+            raise KafkaError(ErrorCode.invalid_request, f"partitions of '{name}' are being created")
+        self._creating.add(name)
+        try:
+            logs = await asyncio.to_thread(self.logs.build_logs, dataclasses.replace(topic, partitions=count), old)
+        finally:
+            self._creating.discard(name)
+        if self.topics.get(name) is not topic or topic.partitions != old:  # deleted meanwhile
+            self.logs.discard(logs)
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' changed during the request")
+        self._commit_partitions(topic, count, logs)
+
+    def _commit_partitions(self, topic: Topic, count: int, logs: list[PartitionLog]) -> None:
         old = topic.partitions
         topic.partitions = count
-        self.topics.save()
-        self.logs.create_logs(topic, first_partition=old)
-        log.info("topic %s now has %d partitions (was %d)", name, count, old)
+        try:
+            self.topics.save()
+        except OSError as e:
+            topic.partitions = old
+            self.logs.discard(logs)
+            raise StorageError(f"cannot save the topic registry: {describe(e)}") from None
+        self.logs.register(logs)
+        log.info("topic %s now has %d partitions (was %d)", topic.name, count, old)
 
     def alter_topic_configs(self, name: str, configs: dict[str, Any], incremental_ops: dict[str, int] | None,
                             validate_only: bool) -> None:

@@ -46,6 +46,9 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                 p["base_offset"] = res.base_offset
                 p["log_append_time"] = res.log_append_time
                 p["log_start_offset"] = res.log_start_offset
+            except OSError as e:  # storage failures are StorageError (56) already; this is the net
+                p["error_code"] = ErrorCode.kafka_storage_error
+                p["error_message"] = f"storage error: {e}"
             except KafkaError as e:
                 p["error_code"] = e.code
                 p["error_message"] = e.message

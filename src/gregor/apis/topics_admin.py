@@ -1,5 +1,9 @@
 """CreateTopics (19), DeleteTopics (20), CreatePartitions (37): thin wrappers over the broker's
-topic operations; each topic is answered on its own, one failure does not fail the others."""
+topic operations; each topic is answered on its own, one failure does not fail the others.
+
+One request may create at most ``topic.creation.max.partitions`` partitions, summed over its
+topics in order; a topic that would exceed what is left is answered POLICY_VIOLATION (as a
+CreateTopicPolicy would), the others are created. Files are made off the event loop."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
     broker = ctx.broker
     results = []
     seen: set[str] = set()
+    budget = PartitionBudget(broker)
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
                                "num_partitions": -1, "replication_factor": -1, "configs": None,
@@ -38,7 +43,8 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 raise KafkaError(ErrorCode.invalid_replication_factor,
                                  f"replication factor {t.replication_factor} is larger than the 1 available broker")
             configs = {c.name: c.value for c in t.configs}
-            topic = broker.create_topic(t.name, partitions, configs, validate_only=req.validate_only)
+            budget.take(partitions if partitions != -1 else broker.config["num.partitions"])
+            topic = await broker.create_topic_async(t.name, partitions, configs, validate_only=req.validate_only)
             res["num_partitions"] = partitions if partitions != -1 else broker.config["num.partitions"]
             res["replication_factor"] = 1
             if topic is not None:
@@ -72,7 +78,7 @@ async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 if topic is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {tid}")
                 name = res["name"] = topic.name
-            deleted = broker.delete_topic(name)
+            deleted = await broker.delete_topic_async(name)
             res["topic_id"] = deleted.topic_id
         except KafkaError as e:
             res["error_code"] = e.code
@@ -84,6 +90,7 @@ async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     results = []
+    budget = PartitionBudget(ctx.broker)
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         try:
@@ -92,9 +99,28 @@ async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
             ):
                 raise KafkaError(ErrorCode.invalid_replica_assignment,
                                  f"this cluster has one broker ({ctx.broker.node_id})")
-            ctx.broker.add_partitions(t.name, t.count, validate_only=req.validate_only)
+            existing = ctx.broker.topics.get(t.name)
+            if existing is not None and t.count > existing.partitions:
+                budget.take(t.count - existing.partitions)
+            await ctx.broker.add_partitions_async(t.name, t.count, validate_only=req.validate_only)
         except KafkaError as e:
             res["error_code"] = e.code
             res["error_message"] = e.message
         results.append(res)
     return {"throttle_time": 0, "results": results}
+
+
+class PartitionBudget:
+    """What is left of ``topic.creation.max.partitions`` for the rest of one request."""
+
+    def __init__(self, broker: Any) -> None:
+        self.limit = int(broker.config["topic.creation.max.partitions"])
+        self.left = self.limit
+
+    def take(self, n: int) -> None:
+        if n > self.left:
+            raise KafkaError(ErrorCode.policy_violation,
+                             f"{n} partitions would exceed topic.creation.max.partitions={self.limit} for one "
+                             f"request ({self.left} left)")
+        if n > 0:
+            self.left -= n

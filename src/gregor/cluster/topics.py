@@ -77,17 +77,43 @@ class TopicRegistry:
         self.save()
         return topic
 
+    def new_topic(self, name: str, partitions: int, configs: dict[str, Any], internal: bool = False) -> Topic:
+        """A topic not registered yet (``add_topic`` registers it once its files exist)."""
+        return Topic(name, uuid.uuid4(), partitions, dict(configs), internal or name in INTERNAL_TOPICS)
+
+    def add_topic(self, topic: Topic) -> None:
+        """Register and save; if saving fails (OSError) the topic is not registered."""
+        self._index(topic)
+        try:
+            self.save()
+        except OSError:
+            self.forget(topic.name)
+            raise
+
     def remove(self, name: str) -> Topic:
+        topic = self.forget(name)
+        self.save()
+        return topic
+
+    def forget(self, name: str) -> Topic:
+        """Drop a topic in memory only (deletion saves later, see LogManager.delete_logs)."""
         topic = self.by_name.pop(name)
         self.by_id.pop(topic.topic_id, None)
-        self.save()
         return topic
 
     def get(self, name: str) -> Topic | None:
         return self.by_name.get(name)
 
 
-def write_partition_metadata(directory: Path, topic_id: uuid.UUID) -> None:
-    """Kafka's ``partition.metadata``: the topic id, base64 without padding as Kafka prints it."""
+def write_partition_metadata(directory: Path, topic_id: uuid.UUID, durable: bool = True) -> None:
+    """Kafka's ``partition.metadata``: the topic id, base64 without padding as Kafka prints it.
+
+    ``durable=False`` (partitions created in bulk) writes it without fsync: the registry, not this
+    file, says which topic a directory belongs to, and the file is written again at start-up when
+    missing."""
     encoded = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-    write_atomically(directory / "partition.metadata", f"version: 0\ntopic_id: {encoded}\n".encode())
+    data = f"version: 0\ntopic_id: {encoded}\n".encode()
+    if durable:
+        write_atomically(directory / "partition.metadata", data)
+    else:
+        (directory / "partition.metadata").write_bytes(data)

@@ -8,6 +8,11 @@ Files in ``log.dirs`` (Kafka's names):
 - ``log-start-offset-checkpoint``           log start offsets, per partition
 - ``.kafka_cleanshutdown``                  written last at clean shutdown; skips recovery
 - ``.lock``                                 held while a broker uses the directory
+- ``<topic>-<partition>.<topic id>-delete/`` a partition being deleted (see ``delete_logs``)
+
+After a clean shutdown nothing is read per partition at start-up: a partition's offsets come from
+the checkpoints and its files are opened on first use (``PartitionLog.open_lazily``). A clean
+shutdown flushes and snapshots only the partitions written since they were loaded.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from gregor.cluster.topics import Topic, TopicRegistry, write_partition_metadata
 from gregor.log.checkpoint import read_checkpoint, write_checkpoint
 from gregor.log.partition_log import PartitionLog, now_ms, partition_dir_name
+from gregor.log.storage_errors import FD_CACHE, StorageError, describe
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +38,7 @@ RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 
 TopicPartition = tuple[str, int]
+DELETE_SUFFIX = "-delete"
 
 
 class DataDirInUse(Exception):
@@ -80,6 +87,7 @@ class LogManager:
         self.notifier = AppendNotifier()
         self.clean_start = False
         self._lock_fd: int | None = None
+        self._tombstones: list[Path] = []  # deleted partitions' directories, registry not yet saved
 
     # -- start / stop ------------------------------------------------------------------------
     def startup(self) -> None:
@@ -96,41 +104,110 @@ class LogManager:
         else:
             log.info("no clean-shutdown marker in %s: recovering unflushed segments", self.data_dir)
         recovery = read_checkpoint(self.data_dir / RECOVERY_CHECKPOINT)
+        starts = read_checkpoint(self.data_dir / LOG_START_CHECKPOINT)  # DeleteRecords moves these
         self.registry.load()
+        keep = self._finish_deletions()
         known: set[str] = set()
+        lazy = 0
         for topic in list(self.registry.by_name.values()):
             for p in range(topic.partitions):
                 known.add(partition_dir_name(topic.name, p))
-                self._open(topic, p, recovery.get((topic.name, p), 0))
+                tp = (topic.name, p)
+                if self.clean_start and tp in recovery and tp in starts:
+                    plog = PartitionLog(self.data_dir / partition_dir_name(topic.name, p), topic.name, p,
+                                        self.topic_config(topic), self.clock)
+                    plog.open_lazily(recovery[tp], starts[tp])
+                    self.logs[tp] = plog
+                    lazy += 1
+                    continue
+                plog = self._open(topic, p, recovery.get(tp, 0))
+                start = starts.get(tp, 0)
+                if start > plog.log_start_offset:  # never beyond what recovery kept
+                    plog.log_start_offset = min(start, plog.log_end_offset)
+        if lazy:
+            log.info("%d partitions will be loaded on first use", lazy)
         for child in self.data_dir.iterdir():
-            orphan = child.is_dir() and child.name not in known and not child.name.startswith(".")
-            if orphan and (child.name.endswith("-delete") or _looks_like_partition(child.name)):
+            orphan = (child.is_dir() and child.name not in known and not child.name.startswith(".")
+                      and child not in keep)
+            if orphan and (child.name.endswith(DELETE_SUFFIX) or _looks_like_partition(child.name)):
                 log.warning("removing %s: not a partition of any known topic", child)
                 shutil.rmtree(child, ignore_errors=True)
+
+    def _finish_deletions(self) -> set[Path]:
+        """A ``<topic>-<p>.<topic id>-delete`` directory whose topic id is still registered is a
+        deletion a crash (or a full disk) interrupted: finish it by dropping the topic from the
+        registry. Returns the directories to keep because the registry could not be saved."""
+        pending = []
+        for child in self.data_dir.iterdir():
+            if not (child.is_dir() and child.name.endswith(DELETE_SUFFIX)):
+                continue
+            tp_name, _, id_hex = child.name[: -len(DELETE_SUFFIX)].rpartition(".")
+            topic = self.registry.get(tp_name.rpartition("-")[0])
+            if topic is not None and topic.topic_id.hex == id_hex:
+                pending.append(topic.name)
+        if not pending:
+            return set()
+        for name in set(pending):
+            log.warning("finishing the deletion of topic %s (interrupted before the registry was saved)", name)
+            self.registry.forget(name)
+        try:
+            self.registry.save()
+        except OSError as e:
+            log.error("cannot save the topic registry (%s): deleted partitions are kept as *-delete "
+                      "directories until it can be", describe(e))
+            self._tombstones = [c for c in self.data_dir.iterdir() if c.name.endswith(DELETE_SUFFIX)]
+            return set(self._tombstones)
+        return set()
 
     def _open(self, topic: Topic, partition: int, recovery_point: int) -> PartitionLog:
         directory = self.data_dir / partition_dir_name(topic.name, partition)
         plog = PartitionLog(directory, topic.name, partition, self.topic_config(topic), self.clock)
         plog.open(self.clean_start, recovery_point)
         if not (directory / "partition.metadata").exists():
-            write_partition_metadata(directory, topic.topic_id)
+            try:
+                write_partition_metadata(directory, topic.topic_id, durable=False)
+            except OSError as e:  # informational file: a full disk must not stop the start
+                log.warning("%s: cannot write partition.metadata (%s)", directory, describe(e))
         self.logs[(topic.name, partition)] = plog
         return plog
 
     def shutdown(self) -> None:
-        for plog in self.logs.values():
-            plog.close()
-        self.write_checkpoints(after_close=True)
-        (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
+        """Flush and close every partition written since it was loaded, write the checkpoints,
+        and, only if all of that worked, the clean-shutdown marker (otherwise the next start
+        recovers from the recovery points)."""
+        failed: set[TopicPartition] = set()
+        for tp, plog in self.logs.items():
+            try:
+                plog.close()
+            except (StorageError, OSError) as e:
+                log.error("%s-%d: closing failed (%s): it will be recovered at the next start", tp[0], tp[1], e)
+                failed.add(tp)
+        ok = self.write_checkpoints(after_close=True, failed=failed)
+        if ok and not failed and not self._tombstones:
+            try:
+                (self.data_dir / CLEAN_SHUTDOWN).write_bytes(b"")
+            except OSError as e:
+                log.error("cannot write the clean-shutdown marker (%s): the next start recovers", describe(e))
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def write_checkpoints(self, after_close: bool = False) -> None:
-        recovery = {tp: (pl.log_end_offset if after_close else pl.recovery_point) for tp, pl in self.logs.items()}
-        write_checkpoint(self.data_dir / RECOVERY_CHECKPOINT, recovery)
-        write_checkpoint(self.data_dir / LOG_START_CHECKPOINT,
-                         {tp: pl.log_start_offset for tp, pl in self.logs.items()})
+    def write_checkpoints(self, after_close: bool = False, failed: set[TopicPartition] | None = None) -> bool:
+        """Both checkpoint files (atomic replacements: a failed write leaves the previous one,
+        which is only older, hence safe). Also retries saving the registry after a deletion that
+        could not save it. False if a write failed."""
+        self.finish_pending_deletions()
+        failed = failed or set()
+        recovery = {tp: (pl.log_end_offset if after_close and tp not in failed else pl.recovery_point)
+                    for tp, pl in self.logs.items()}
+        try:
+            write_checkpoint(self.data_dir / RECOVERY_CHECKPOINT, recovery)
+            write_checkpoint(self.data_dir / LOG_START_CHECKPOINT,
+                             {tp: pl.log_start_offset for tp, pl in self.logs.items()})
+        except OSError as e:
+            log.error("writing the offset checkpoints failed (%s); the previous ones stay", describe(e))
+            return False
+        return True
 
     # -- topics ------------------------------------------------------------------------------
     def topic_config(self, topic: Topic) -> dict[str, Any]:
@@ -138,16 +215,86 @@ class LogManager:
         cfg.update(topic.configs)
         return cfg
 
-    def create_logs(self, topic: Topic, first_partition: int = 0) -> None:
-        for p in range(first_partition, topic.partitions):
-            self._open(topic, p, 0)
+    def build_logs(self, topic: Topic, first_partition: int = 0) -> list[PartitionLog]:
+        """Create the files of new partitions ``first_partition..`` (directory, empty first
+        segment, ``partition.metadata``) and their in-memory logs, not yet registered (``register``).
+        Thread-safe: touches nothing shared, so many partitions are built in a worker thread.
+        On failure the directories made so far are removed and StorageError raised."""
+        cfg = self.topic_config(topic)
+        made: list[PartitionLog] = []
+        try:
+            for p in range(first_partition, topic.partitions):
+                plog = PartitionLog(self.data_dir / partition_dir_name(topic.name, p), topic.name, p, cfg, self.clock)
+                made.append(plog)
+                plog.create_files()
+                write_partition_metadata(plog.dir, topic.topic_id, durable=False)
+                plog.open_new()
+            _fsync_dir(self.data_dir)
+        except (OSError, StorageError) as e:
+            for plog in made:
+                shutil.rmtree(plog.dir, ignore_errors=True)
+            reason = describe(e) if isinstance(e, OSError) else str(e)
+            raise StorageError(f"cannot create the partitions of {topic.name}: {reason}") from None
+        return made
 
-    def delete_logs(self, topic: Topic) -> None:
+    def register(self, logs: list[PartitionLog]) -> None:
+        for plog in logs:
+            self.logs[(plog.topic, plog.partition)] = plog
+
+    def discard(self, logs: list[PartitionLog]) -> None:
+        """Undo ``build_logs`` (the registry could not be saved)."""
+        for plog in logs:
+            plog.close_files()
+            shutil.rmtree(plog.dir, ignore_errors=True)
+
+    def create_logs(self, topic: Topic, first_partition: int = 0) -> None:
+        self.register(self.build_logs(topic, first_partition))
+
+    def delete_logs(self, topic: Topic) -> list[Path]:
+        """First step of deleting a topic the registry already forgot (in memory): close its
+        partitions and rename each directory to ``<topic>-<p>.<topic id>-delete`` (a rename needs
+        no free space). Returns those directories for ``purge``. If the broker stops before the
+        registry is saved, the next start sees the ``-delete`` directories carrying the topic's
+        id and finishes the deletion, whatever step it stopped at."""
+        tombstones = []
         for p in range(topic.partitions):
             plog = self.logs.pop((topic.name, p), None)
             if plog is not None:
-                plog.delete()
+                plog.close_files()
                 self.notifier.notify((topic.name, p))
+            src = self.data_dir / partition_dir_name(topic.name, p)
+            dst = self.data_dir / f"{src.name}.{topic.topic_id.hex}{DELETE_SUFFIX}"
+            try:
+                os.rename(src, dst)
+                tombstones.append(dst)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                log.error("cannot rename %s for deletion (%s): removing it in place", src, describe(e))
+                shutil.rmtree(src, ignore_errors=True)
+        _fsync_dir(self.data_dir, quiet=True)
+        return tombstones
+
+    async def purge(self, tombstones: list[Path]) -> None:
+        """Second step: free the space (delete the files, in a worker thread), save the registry,
+        then remove the emptied directories. If the registry cannot be saved (disk still full),
+        the empty ``-delete`` directories stay as the record of the deletion and saving is retried
+        with every checkpoint (``finish_pending_deletions``) and at the next start."""
+        await asyncio.to_thread(_empty_dirs, tombstones)
+        self._tombstones.extend(tombstones)
+        self.finish_pending_deletions()  # on the loop: the registry must not change while it is written
+
+    def finish_pending_deletions(self) -> None:
+        if not self._tombstones:
+            return
+        try:
+            self.registry.save()
+        except OSError as e:
+            log.error("cannot save the topic registry after a deletion (%s); will retry", describe(e))
+            return
+        done, self._tombstones = self._tombstones, []
+        for d in done:
+            shutil.rmtree(d, ignore_errors=True)
 
     def reconfigure(self, topic: Topic) -> None:
         cfg = self.topic_config(topic)
@@ -164,7 +311,10 @@ class LogManager:
         now = self.clock()
         for plog in self.logs.values():
             if plog.unflushed_messages and now - plog.last_flush_ms >= int(plog.config["flush.ms"]):
-                plog.flush()
+                try:
+                    plog.flush()
+                except StorageError as e:  # the partition went offline; logged by the segment
+                    log.error("%s-%d: time-based flush failed: %s", plog.topic, plog.partition, e)
 
     async def clean_due(self) -> int:
         """Compact every compacted partition whose dirty ratio reached its threshold."""
@@ -178,7 +328,43 @@ class LogManager:
         return saved
 
     def enforce_retention(self) -> int:
-        return sum(plog.delete_old_segments() for plog in list(self.logs.values()))
+        deleted = 0
+        for plog in list(self.logs.values()):
+            try:
+                deleted += plog.delete_old_segments()
+            except StorageError as e:
+                log.error("%s-%d: retention failed: %s", plog.topic, plog.partition, e)
+        return deleted
+
+    @property
+    def open_files(self) -> int:
+        """Segment files open now (the descriptor cache)."""
+        return len(FD_CACHE)
+
+
+def _empty_dirs(dirs: list[Path]) -> None:
+    for d in dirs:
+        try:
+            children = list(d.iterdir())
+        except FileNotFoundError:
+            continue
+        for c in children:
+            if c.is_dir():
+                shutil.rmtree(c, ignore_errors=True)
+            else:
+                c.unlink(missing_ok=True)
+
+
+def _fsync_dir(path: Path, quiet: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        if not quiet:
+            raise
 
 
 def _looks_like_partition(name: str) -> bool:

@@ -10,15 +10,16 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gregor.log.file_region import FileRegion
 from gregor.log.producer_state import ProducerStateManager
 from gregor.log.segment import Segment
+from gregor.log.storage_errors import CorruptBatch, PartitionOffline, StorageError, describe
 from gregor.protocol import record_batch as rb
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.record_batch import InvalidBatch, RecordTooLarge, validate_batches
@@ -67,11 +68,53 @@ class PartitionLog:
         self.unflushed_messages = 0
         self.last_flush_ms = clock()
         self.dirty_since_clean = 0  # bytes appended since the last compaction (cleaner's hint)
+        self.loaded = False  # segments read (see open_lazily)
+        self._lazy_leo = 0
+        self.offline: str | None = None  # why the partition is offline (see storage_errors)
+        self._snapshot_at: int | None = None  # offset of the producer snapshot on disk
 
     # -- lifecycle ---------------------------------------------------------------------------
+    def open_lazily(self, log_end_offset: int, log_start_offset: int) -> None:
+        """After a clean shutdown: take the offsets from the checkpoints and read nothing; the
+        segments are loaded on first use (``ensure_loaded``), so an idle partition costs no file
+        access at start-up."""
+        self.loaded = False
+        self._lazy_leo = log_end_offset
+        self.log_start_offset = log_start_offset
+        self.recovery_point = log_end_offset
+
+    def ensure_loaded(self) -> None:
+        if self.loaded:
+            return
+        if self.offline:
+            raise PartitionOffline(self.offline)
+        start = self.log_start_offset
+        try:
+            self.open(clean_shutdown=True, recovery_point=self._lazy_leo)
+        except OSError as e:
+            raise StorageError(f"cannot load {self.topic}-{self.partition}: {describe(e)}") from None
+        if start > self.log_start_offset:  # DeleteRecords moved it past a segment start
+            self.log_start_offset = min(start, self.log_end_offset)
+
+    def create_files(self) -> None:
+        """A new, empty partition's directory and first segment file (no descriptor kept). Runs
+        in a worker thread when many partitions are created; ``open_new`` follows."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        Segment(self.dir, 0, int(self.config["index.interval.bytes"]), self.clock())
+
+    def open_new(self) -> None:
+        """The in-memory state of a partition whose files ``create_files`` made: no file access."""
+        self.segments = [Segment(self.dir, 0, int(self.config["index.interval.bytes"]), self.clock(), size=-1)]
+        self.segments[0].size = 0
+        self._bases = [0]
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self.loaded = True
+
     def open(self, clean_shutdown: bool, recovery_point: int) -> None:
         """Load segments. After an unclean shutdown, every segment at or after the recovery point
         is re-validated batch by batch and a torn tail truncated."""
+        self.segments = []
         self.dir.mkdir(parents=True, exist_ok=True)
         for tmp in self.dir.glob("*.cleaned"):
             tmp.unlink()
@@ -89,7 +132,9 @@ class PartitionLog:
                 continue
             seg = Segment(self.dir, base, interval, int(os.path.getmtime(self.dir / f"{base:020d}.log") * 1000))
             needs_recovery = not clean_shutdown and self._segment_end(bases, base) > recovery_point
-            if needs_recovery or not seg.load_indexes():
+            known_end = bases[bases.index(base) + 1] if base != bases[-1] else (
+                recovery_point if clean_shutdown and recovery_point > base else None)
+            if needs_recovery or not seg.load_indexes(known_end):
                 cut = seg.recover(max_batch)
                 if cut:
                     log.warning("%s-%d: truncated %d bytes of torn or corrupt data from segment %d",
@@ -102,9 +147,12 @@ class PartitionLog:
         self.log_start_offset = self.segments[0].base_offset
         leo = self.log_end_offset
         snap = self.producer_state.load_snapshot(self.dir) if clean_shutdown else None
-        if snap != leo:
+        self._snapshot_at = snap
+        if snap != leo and not (snap is None and all(s.size == 0 for s in self.segments)):
             self._rebuild_producer_state()
+            self._snapshot_at = None
         self.recovery_point = leo
+        self.loaded = True
         self.last_flush_ms = now
         # no cleaner checkpoint is kept: after a restart every sealed segment counts as dirty
         self.dirty_since_clean = sum(s.size for s in self.segments[:-1])
@@ -122,15 +170,26 @@ class PartitionLog:
                     self.producer_state.update(h)
 
     def close(self) -> None:
-        for seg in self.segments:
-            seg.flush()
-            seg.close()
-        self.producer_state.write_snapshot(self.dir, self.log_end_offset)
+        """Flush what was written since the last flush and write the producer snapshot if the
+        state changed: an idle partition costs nothing. Raises StorageError (the partition then
+        needs recovery at the next start)."""
+        if not self.loaded:
+            return
+        try:
+            if self.offline:
+                raise PartitionOffline(self.offline)
+            for seg in self.segments:
+                seg.flush()
+            leo = self.log_end_offset
+            if self._snapshot_at != leo and not (self._snapshot_at is None and self.size_bytes == 0):
+                self.producer_state.write_snapshot(self.dir, leo)
+                self._snapshot_at = leo
+        finally:
+            self.close_files()
 
-    def delete(self) -> None:
+    def close_files(self) -> None:
         for seg in self.segments:
             seg.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- properties --------------------------------------------------------------------------
     @property
@@ -139,6 +198,8 @@ class PartitionLog:
 
     @property
     def log_end_offset(self) -> int:
+        if not self.loaded:
+            return self._lazy_leo
         return self.active.next_offset
 
     @property
@@ -155,7 +216,13 @@ class PartitionLog:
 
     # -- append ------------------------------------------------------------------------------
     def append(self, records: bytes) -> AppendResult:
-        """Validate and append one produce request's records for this partition."""
+        """Validate and append one produce request's records for this partition.
+
+        A storage failure raises StorageError with the log exactly as before the call (nothing
+        acknowledged is ever unreadable), or PartitionOffline."""
+        self.ensure_loaded()
+        if self.offline:
+            raise PartitionOffline(self.offline)
         max_bytes = int(self.config["max.message.bytes"])
         try:
             headers = validate_batches(records, max_bytes + rb.LOG_OVERHEAD)
@@ -178,6 +245,13 @@ class PartitionLog:
         if dup is not None:
             return AppendResult(dup.first_offset, -1, self.log_start_offset, duplicate=True)
         now = self.clock()
+        try:
+            return self._append_checked(records, h, now)
+        except PartitionOffline as e:
+            self.offline = e.message
+            raise
+
+    def _append_checked(self, records: bytes, h: rb.BatchHeader, now: int) -> AppendResult:
         self._maybe_roll(h.size, now)
         offset = self.log_end_offset
         h.base_offset = offset
@@ -202,6 +276,16 @@ class PartitionLog:
 
     def append_batch_unchecked(self, batch: bytes) -> int:
         """Append a batch built by the broker itself (internal topics). Returns its base offset."""
+        self.ensure_loaded()
+        if self.offline:
+            raise PartitionOffline(self.offline)
+        try:
+            return self._append_unchecked(batch)
+        except PartitionOffline as e:
+            self.offline = e.message
+            raise
+
+    def _append_unchecked(self, batch: bytes) -> int:
         h = rb.read_header(batch, 0)
         now = self.clock()
         self._maybe_roll(h.size, now)
@@ -239,6 +323,8 @@ class PartitionLog:
             self.roll(now)
 
     def roll(self, now: int | None = None) -> Segment:
+        """Seal the active segment (fsync, indexes) and start a new one. If the new file cannot
+        be created (StorageError), the active segment stays as it was."""
         act = self.active
         act.flush()
         seg = Segment(self.dir, self.log_end_offset, int(self.config["index.interval.bytes"]),
@@ -248,13 +334,40 @@ class PartitionLog:
         return seg
 
     def flush(self) -> None:
-        self.active.flush()
+        """fsync what was appended since the last flush. PartitionOffline if that fails."""
+        if not self.loaded:
+            return
+        if self.offline:
+            raise PartitionOffline(self.offline)
+        try:
+            self.active.flush()  # a segment is fsynced when rolled: only the active one can be behind
+        except PartitionOffline as e:
+            self.offline = e.message
+            raise
         self.recovery_point = self.log_end_offset
         self.unflushed_messages = 0
         self.last_flush_ms = self.clock()
 
     # -- read --------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True, region_above: int = 0) -> ReadResult:
+        """Whole batches from ``offset`` within ``max_bytes``; a range of ``region_above`` bytes or
+        more (if > 0) comes back as a FileRegion to be sent in chunks, not as bytes.
+
+        A batch whose header cannot be walked (see Segment.iter_headers) answers CORRUPT_MESSAGE
+        at its offset, never a skip past it; a failing read is KAFKA_STORAGE_ERROR."""
+        self.ensure_loaded()
+        if self.offline:
+            raise PartitionOffline(self.offline)
+        try:
+            return self._read(offset, max_bytes, min_one_batch, region_above)
+        except CorruptBatch as e:
+            raise KafkaError(ErrorCode.corrupt_message,
+                             f"{self.topic}-{self.partition}: the batch at or after offset {offset} is "
+                             f"corrupt on the broker ({e})") from None
+        except OSError as e:
+            raise StorageError(f"reading {self.topic}-{self.partition} failed: {describe(e)}") from None
+
+    def _read(self, offset: int, max_bytes: int, min_one_batch: bool, region_above: int) -> ReadResult:
         leo = self.log_end_offset
         if offset == leo:
             return ReadResult(b"", leo, self.log_start_offset)
@@ -282,6 +395,7 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
+        self.ensure_loaded()
         for seg in self.segments:
             if seg.max_timestamp < timestamp:
                 continue
@@ -297,17 +411,35 @@ class PartitionLog:
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
-        best: tuple[int, int] | None = None
+        """(offset, timestamp) of the first record carrying the largest timestamp (ListOffsets -3).
+        Batch headers find the batch; only that one batch is decoded to find the record in it
+        (KAFKA-16310: the record's own offset, not the batch's last)."""
+        self.ensure_loaded()
+        best: tuple[Segment, rb.BatchHeader] | None = None
         for seg in self.segments:
             for h in seg.iter_headers():
-                if best is None or h.max_timestamp > best[1]:
-                    best = (h.last_offset, h.max_timestamp)
-        return best
+                if h.last_offset >= self.log_start_offset and (best is None or h.max_timestamp > best[1].max_timestamp):
+                    best = (seg, h)
+        if best is None:
+            return None
+        seg, h = best
+        if h.attributes & rb.TIMESTAMP_TYPE_BIT:  # LogAppendTime: every record has the batch's time
+            return max(h.base_offset, self.log_start_offset), h.max_timestamp
+        data = seg.pread(h.position, h.size)
+        h.position = 0
+        try:
+            recs = [r for r in decode_records(data, h) if r.offset >= self.log_start_offset]
+        except Exception:  # noqa: BLE001 - an undecodable batch: fall back to its header
+            return h.last_offset, h.max_timestamp
+        if not recs:
+            return h.last_offset, h.max_timestamp
+        top = max(r.timestamp for r in recs)
+        return next(r.offset for r in recs if r.timestamp == top), top
 
     # -- retention ---------------------------------------------------------------------------
     def delete_old_segments(self, now: int | None = None) -> int:
         """Retention by time and size (cleanup.policy contains delete). Returns segments deleted."""
-        if "delete" not in str(self.config["cleanup.policy"]):
+        if "delete" not in str(self.config["cleanup.policy"]) or not self.loaded or self.offline:
             return 0
         now = self.clock() if now is None else now
         retention_ms = int(self.config["retention.ms"])
@@ -323,6 +455,29 @@ class PartitionLog:
             if seg is self.active:
                 self.roll(now)
             total -= seg.size
+            self._remove_first_segment()
+            deleted += 1
+        return deleted
+
+    def advance_log_start_offset(self, offset: int) -> int:
+        """DeleteRecords: records below ``offset`` become unreadable (the log start offset only
+        moves forward). The caller persists the new start offset (log-start-offset-checkpoint)
+        before ``delete_segments_below_start`` removes the segments now wholly below it."""
+        self.ensure_loaded()
+        if "delete" not in str(self.config["cleanup.policy"]):
+            raise KafkaError(ErrorCode.policy_violation,
+                             f"records of {self.topic}-{self.partition} cannot be deleted: cleanup.policy is "
+                             f"{self.config['cleanup.policy']}")
+        if offset < 0 or offset > self.high_watermark:
+            raise KafkaError(ErrorCode.offset_out_of_range,
+                             f"offset {offset} is outside [0, {self.high_watermark}] (the high watermark)")
+        self.log_start_offset = max(self.log_start_offset, offset)
+        return self.log_start_offset
+
+    def delete_segments_below_start(self) -> int:
+        """Delete whole segments whose every record is below the log start offset (not the active one)."""
+        deleted = 0
+        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
             self._remove_first_segment()
             deleted += 1
         return deleted

@@ -101,8 +101,9 @@ class ProducerStateManager:
 
     # -- snapshots ---------------------------------------------------------------------------
     def write_snapshot(self, directory: Path, offset: int) -> None:
-        for old in directory.glob("*.snapshot"):
-            old.unlink()
+        """Write the snapshot at ``offset``, then remove older ones. On failure (a full disk) the
+        temporary file is removed and OSError raised; the start-up then rebuilds the state from
+        the log, as the older snapshot no longer matches the log end."""
         data = {
             str(pid): {"epoch": e.epoch, "ts": e.last_timestamp,
                        "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp]
@@ -111,11 +112,18 @@ class ProducerStateManager:
         }
         path = directory / f"{offset:020d}.snapshot"
         tmp = path.with_suffix(".snapshot.tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        for old in directory.glob("*.snapshot"):
+            if old != path:
+                old.unlink(missing_ok=True)
 
     def load_snapshot(self, directory: Path) -> int | None:
         """Load the newest snapshot; returns its offset, or None."""

@@ -3,17 +3,25 @@ travel on the wire, with its ``.index`` and ``.timeindex``."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gregor.log.offset_index import OffsetIndex
+from gregor.log.storage_errors import FD_CACHE, CorruptBatch, PartitionOffline, StorageError, describe
 from gregor.log.time_index import TimeIndex
 from gregor.protocol import record_batch as rb
 from gregor.protocol.record_batch import BatchHeader, InvalidBatch
 
-# Every segment keeps its descriptor open (reads are pread on it); a partition with thousands of
-# segments therefore needs a matching open-files limit, as Kafka does.
+log = logging.getLogger(__name__)
+
+# Segments hold no descriptor of their own: ``FD_CACHE`` opens them on demand and keeps the most
+# recently used ones open (``log.segment.open.files.max``).
+
+_MAGIC = 16  # byte of the magic in a batch header
 
 
 def segment_name(base_offset: int) -> str:
@@ -21,7 +29,10 @@ def segment_name(base_offset: int) -> str:
 
 
 class Segment:
-    def __init__(self, directory: Path, base_offset: int, index_interval: int, created_ms: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, index_interval: int, created_ms: int,
+                 size: int | None = None) -> None:
+        """``size``: the file's size when the caller knows it (0: a new segment, whose file is
+        created here); otherwise it is read with stat(2), creating the file if it is missing."""
         self.dir = directory
         self.base_offset = base_offset
         stem = segment_name(base_offset)
@@ -29,27 +40,81 @@ class Segment:
         self.index = OffsetIndex(directory / f"{stem}.index", base_offset)
         self.time_index = TimeIndex(directory / f"{stem}.timeindex", base_offset)
         self.index_interval = index_interval
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        if size is None:
+            try:
+                size = os.stat(self.path).st_size
+            except FileNotFoundError:
+                size = 0
+                self._create()
+        elif size == 0:
+            self._create()
+        self.size = size
         self.next_offset = base_offset  # one past the last offset in the segment
         self.max_timestamp = -1
         self.created_ms = created_ms
         self._since_index = 0
         self.deleted = False
+        self.unflushed = False  # written since the last fsync
+        self._reported: set[int] = set()  # corrupt positions already logged
+
+    def _create(self) -> None:
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError as e:
+            raise StorageError(f"cannot create segment {self.path}: {describe(e)}") from None
+
+    def open_fd(self) -> int:
+        """Called by the descriptor cache."""
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    @contextlib.contextmanager
+    def _fd(self) -> Iterator[int]:
+        fd = FD_CACHE.acquire(self)
+        try:
+            yield fd
+        finally:
+            FD_CACHE.release(self)
 
     # -- writing -----------------------------------------------------------------------------
     def append(self, buffers: list[bytes | bytearray | memoryview], headers: list[BatchHeader]) -> int:
         """Append batches whose offsets are already assigned, given as consecutive buffers
-        (written with one writev); returns the file position."""
+        (written with one writev); returns the file position.
+
+        All or nothing: if the write fails (ENOSPC after a short write, EIO...), the file is
+        truncated back to its size before the call and StorageError raised; the segment is then
+        exactly as before. If even the truncation fails, PartitionOffline is raised."""
         position = self.size
         total = sum(len(b) for b in buffers)
-        written = os.writev(self.fd, buffers)
-        while written < total:  # short write (rare): finish with the remainder
-            rest = b"".join(bytes(b) for b in buffers)[written:]
-            written += os.write(self.fd, rest)
+        try:
+            with self._fd() as fd:
+                try:
+                    written = os.writev(fd, buffers)
+                    while written < total:  # short write: finish with the remainder (or fail)
+                        rest = b"".join(bytes(b) for b in buffers)[written:]
+                        n = os.write(fd, rest)
+                        if n <= 0:
+                            raise OSError(errno.EIO, "write returned 0")
+                        written += n
+                except OSError as e:
+                    self._roll_back(fd, position, e)
+        except StorageError:
+            raise
+        except OSError as e:  # opening the file failed: nothing was written
+            raise StorageError(f"cannot open {self.path}: {describe(e)}") from None
+        self.unflushed = True
         self._track(headers, position)
         self.size += total
         return position
+
+    def _roll_back(self, fd: int, position: int, cause: OSError) -> None:
+        try:
+            os.ftruncate(fd, position)
+        except OSError as e:
+            log.error("%s: append failed (%s) and truncating back to %d failed too (%s): "
+                      "taking the partition offline", self.path, describe(cause), position, describe(e))
+            raise PartitionOffline(f"append to {self.path} failed ({describe(cause)}) and could not be "
+                                   f"rolled back ({describe(e)}); the partition is offline") from None
+        raise StorageError(f"append to {self.path} failed: {describe(cause)}") from None
 
     def _track(self, headers: list[BatchHeader], position: int) -> None:
         for h in headers:
@@ -64,39 +129,87 @@ class Segment:
             self.next_offset = h.next_offset
 
     def flush(self) -> None:
-        os.fsync(self.fd)
-        self.index.write()
-        self.time_index.write()
+        """fsync the data (if written since the last flush), then write the indexes' new entries.
+
+        A failed fsync is PartitionOffline: after it the kernel may have dropped the dirty pages,
+        so what is on disk is unknown, and only recovery at the next start can tell."""
+        if self.unflushed:
+            try:
+                with self._fd() as fd:
+                    os.fsync(fd)
+            except OSError as e:
+                log.error("%s: fsync failed (%s): taking the partition offline", self.path, describe(e))
+                raise PartitionOffline(f"fsync of {self.path} failed: {describe(e)}") from None
+            self.unflushed = False
+        self.write_indexes()
+
+    def write_indexes(self) -> None:
+        """Write the indexes' new entries. A failure loses nothing: the entries stay in memory and
+        are written at the next flush; a missing or torn index file is rebuilt from the log at
+        start-up, and a shorter one only makes the index sparser."""
+        try:
+            self.index.write()
+            self.time_index.write()
+        except OSError as e:
+            log.warning("%s: writing its index failed (%s); it will be written later", self.path, describe(e))
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        FD_CACHE.drop(self)
 
     # -- reading -----------------------------------------------------------------------------
     def pread(self, position: int, size: int) -> bytes:
-        return os.pread(self.fd, size, position)
+        with self._fd() as fd:
+            return os.pread(fd, size, position)
 
-    def iter_headers(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchHeader]:
-        """Batch headers from ``start_position``; stops at the end or at a torn tail."""
-        end = self.size if end_position is None else end_position
+    def iter_headers(self, start_position: int = 0, end_position: int | None = None,
+                     strict: bool = False) -> Iterator[BatchHeader]:
+        """Batch headers from ``start_position`` to ``end_position`` (a batch crossing it is not
+        yielded; default: the segment's end).
+
+        The segment's ``size`` bytes are known to be whole batches (recovery checked them, or they
+        were appended whole), so a header inside them that cannot be walked (a length smaller than
+        a header, or running past the segment's end) is corruption: ``strict`` raises CorruptBatch,
+        otherwise the walk stops there and the corruption is logged (once per position). A header
+        whose length is sound but whose other fields are damaged (magic, counts: CRC-covered) is
+        yielded, so that its stored bytes reach the client, whose CRC check reports them."""
+        size = self.size
+        end = size if end_position is None else min(end_position, size)
         pos = start_position
-        while end - pos >= rb.HEADER_SIZE:
-            raw = os.pread(self.fd, rb.HEADER_SIZE, pos)
-            try:
-                h = rb.read_header(raw, 0)
-            except InvalidBatch:
-                return
-            if pos + h.size > end:
-                return
-            h.position = pos
-            yield h
-            pos += h.size
+        with self._fd() as fd:
+            while pos < end:
+                raw = os.pread(fd, rb.HEADER_SIZE, pos)
+                problem = self._header_problem(raw, pos, size)
+                if problem is not None:
+                    self._corrupt(pos, problem, strict)
+                    return
+                h = _read_header_any_magic(raw)
+                if pos + h.size > end:
+                    return
+                h.position = pos
+                yield h
+                pos += h.size
+
+    def _header_problem(self, raw: bytes, pos: int, size: int) -> str | None:
+        if len(raw) < rb.HEADER_SIZE:
+            return f"{size - pos} bytes left, less than a batch header"
+        length = int.from_bytes(raw[8:12], "big", signed=True)
+        if length < rb.HEADER_SIZE - rb.LOG_OVERHEAD:
+            return f"batch length {length} is smaller than a batch header"
+        if pos + rb.LOG_OVERHEAD + length > size:
+            return f"batch length {length} runs past the segment's end ({size} bytes)"
+        return None
+
+    def _corrupt(self, pos: int, problem: str, strict: bool) -> None:
+        if pos not in self._reported:
+            self._reported.add(pos)
+            log.error("%s: corrupt record batch at position %d: %s", self.path, pos, problem)
+        if strict:
+            raise CorruptBatch(self.path, pos, problem)
 
     def find_position(self, offset: int) -> tuple[int, BatchHeader | None]:
         """File position of the batch holding ``offset`` (or the first batch after it)."""
         _, pos = self.index.lookup(offset)
-        for h in self.iter_headers(pos):
+        for h in self.iter_headers(pos, strict=True):
             if h.last_offset >= offset:
                 return h.position, h
         return self.size, None
@@ -114,8 +227,11 @@ class Segment:
         else:
             pos = end = start
             next_offset = first.base_offset
-        for h in self.iter_headers(pos, limit):
-            end, next_offset = h.position + h.size, h.next_offset
+        try:
+            for h in self.iter_headers(pos, limit, strict=True):
+                end, next_offset = h.position + h.size, h.next_offset
+        except CorruptBatch:
+            pass  # serve the whole batches before it; the next read starts at the corruption
         return end, next_offset
 
     def find_timestamp(self, timestamp: int) -> BatchHeader | None:
@@ -148,17 +264,21 @@ class Segment:
             expected = h.next_offset
         truncated = self.size - pos
         if truncated:
-            os.ftruncate(self.fd, pos)
+            with self._fd() as fd:
+                os.ftruncate(fd, pos)
             self.size = pos
-        self.index.write(full=True)
-        self.time_index.write(full=True)
+        try:
+            self.index.write(full=True)
+            self.time_index.write(full=True)
+        except OSError as e:  # written at the next flush (from entry 0: ``full`` reset the count)
+            log.warning("%s: writing its rebuilt index failed (%s)", self.path, describe(e))
         return truncated
 
     def _next_valid(self, pos: int, expected: int, max_batch_bytes: int,
                     crc_fn: Callable[[bytes], int]) -> BatchHeader | None:
         if self.size - pos < rb.HEADER_SIZE:
             return None
-        raw = os.pread(self.fd, rb.HEADER_SIZE, pos)
+        raw = self.pread(pos, rb.HEADER_SIZE)
         try:
             h = rb.read_header(raw, 0)
         except InvalidBatch:
@@ -167,23 +287,36 @@ class Segment:
             return None
         if h.base_offset < expected or h.last_offset_delta < 0:
             return None
-        body = os.pread(self.fd, h.size - rb.ATTRIBUTES, pos + rb.ATTRIBUTES)
+        body = self.pread(pos + rb.ATTRIBUTES, h.size - rb.ATTRIBUTES)
         stored = int.from_bytes(raw[rb.CRC : rb.CRC + 4], "big")
         if crc_fn(body) != stored:
             return None
         h.position = pos
         return h
 
-    def load_indexes(self) -> bool:
-        """Clean start: read the index files and the last batch; False if they must be rebuilt."""
+    def load_indexes(self, end_offset: int | None = None) -> bool:
+        """Clean start: read the index files and the last batch; False if they must be rebuilt.
+
+        ``end_offset``: the offset after this segment's last batch when known otherwise (the next
+        segment's base, or the log end offset checkpointed at the clean shutdown). If a corrupt
+        batch stops the walk to the last batch, the segment is kept as stored (reads of the corrupt
+        batch answer CORRUPT_MESSAGE) instead of being truncated, as a clean start never truncates."""
         if not self.index.load(self.size) or not self.time_index.load():
             return False
         if self.size == 0:
             return True
         _, pos = self.index.lookup(2**62)
         last = None
-        for h in self.iter_headers(pos):
-            last = h
+        try:
+            for h in self.iter_headers(pos, strict=True):
+                last = h
+        except CorruptBatch:
+            if end_offset is None:
+                return False
+            self.next_offset = end_offset
+            self.max_timestamp = self.time_index.timestamps[-1] if len(self.time_index) else -1
+            self._since_index = self.index_interval  # the next append gets an index entry
+            return True
         if last is None or last.position + last.size != self.size:
             return False
         self.next_offset = last.next_offset
@@ -194,7 +327,8 @@ class Segment:
     def truncate_to_offset(self, offset: int) -> None:
         """Drop every batch at or after ``offset`` (a batch straddling it is dropped whole)."""
         pos, _h = self.find_position(offset)
-        os.ftruncate(self.fd, pos)
+        with self._fd() as fd:
+            os.ftruncate(fd, pos)
         self.size = pos
         self.index.truncate_to_position(pos)
         self.time_index.truncate_to_offset(offset)
@@ -212,3 +346,13 @@ class Segment:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+
+
+def _read_header_any_magic(raw: bytes) -> BatchHeader:
+    """The header of a batch whose length was checked; a damaged magic byte is read as 2 so that
+    the batch is still served as stored (its CRC tells the client)."""
+    if raw[_MAGIC] != rb.MAGIC_V2:
+        fixed = bytearray(raw)
+        fixed[_MAGIC] = rb.MAGIC_V2
+        return rb.read_header(fixed, 0)
+    return rb.read_header(raw, 0)
