@@ -54,6 +54,7 @@ def partition_dir_name(topic: str, partition: int) -> str:
 
 class PartitionLog:
     def __init__(self, directory: Path, topic: str, partition: int, config: dict[str, Any],
+    region: FileRegion | None = None  # set instead of records for reads of region_above bytes or more
                  clock: Callable[[], int] = now_ms) -> None:
         self.dir = directory
         self.topic = topic
