@@ -306,13 +306,40 @@ class Broker:
                 new.pop(k, None)
             elif op == 0:  # SET
                 new.update(self.parse_topic_configs({k: v}))
+            elif op in (2, 3):  # APPEND, SUBTRACT (KIP-339): list configs only
+                new.update(self.parse_topic_configs({k: apply_list_op(k, op, v, new.get(k), TOPIC_LIST_DEFAULTS)}))
             else:
-                raise KafkaError(ErrorCode.invalid_request, f"operation {op} on {k} is not supported for topics")
+                raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {op} on {k}")
         if validate_only:
             return
         topic.configs = new
         self.topics.save()
         self.logs.reconfigure(topic)
+
+
+# Topic configs of type LIST, with Kafka's defaults (the starting point of an APPEND when the topic
+# has no override)
+TOPIC_LIST_DEFAULTS = {"cleanup.policy": "delete", "follower.replication.throttled.replicas": "",
+                       "leader.replication.throttled.replicas": ""}
+
+
+def apply_list_op(key: str, op: int, value: str | None, current: Any, list_defaults: dict[str, str]) -> str:
+    """IncrementalAlterConfigs APPEND (2) / SUBTRACT (3) on a LIST config, as Kafka does: APPEND adds
+    the items missing from the override (or from the default without one), SUBTRACT removes items
+    from the override; any other config is INVALID_CONFIG."""
+    if key not in list_defaults:
+        raise KafkaError(ErrorCode.invalid_config,
+                         f"config {key} is not a list: {'APPEND' if op == 2 else 'SUBTRACT'} is not allowed")
+    items = [i for i in str(value or "").split(",") if i]
+    if current is None:
+        old = [i for i in (list_defaults[key].split(",") if op == 2 else []) if i]
+    else:
+        old = [i for i in str(current).split(",") if i]
+    if op == 2:
+        merged = old + [i for i in items if i not in old]
+    else:
+        merged = [i for i in old if i not in items]
+    return ",".join(dict.fromkeys(merged))
 
 
 def _random_cluster_id() -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gregor.apis.metadata import broker_entries
+from gregor.apis.metadata import CLUSTER_OPERATIONS, OMITTED, broker_entries
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 from gregor.server.dispatcher import RequestContext, handles
@@ -16,4 +16,5 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
                for b in broker_entries(ctx)]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "endpoint_type": 1,
             "cluster_id": ctx.broker.cluster_id, "controller_id": ctx.broker.node_id, "brokers": brokers,
-            "cluster_authorized_operations": -2147483648}
+            "cluster_authorized_operations": (CLUSTER_OPERATIONS if req.include_cluster_authorized_operations
+                                              else OMITTED)}

@@ -5,11 +5,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from gregor.apis.metadata import GROUP_OPERATIONS, OMITTED
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import RequestContext, handles
-
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def _describe(shard: Any, group_id: str) -> Any:
@@ -23,15 +22,16 @@ def _delete(shard: Any, group_id: str) -> Any:
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 5)
 async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     out = []
+    ops = GROUP_OPERATIONS if getattr(req, "include_authorized_operations", False) else OMITTED
     for group_id in req.groups:
         try:
             d = ctx.broker.coordinator.read(group_id, functools.partial(_describe, group_id=group_id))
             out.append({"error_code": d.error, "group_id": group_id, "group_state": d.state,
                         "protocol_type": d.protocol_type, "protocol_data": d.protocol_name, "members": d.members,
-                        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                        "authorized_operations": ops})
         except KafkaError as e:
             out.append({"error_code": e.code, "group_id": group_id, "group_state": "", "protocol_type": "",
-                        "protocol_data": "", "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                        "protocol_data": "", "members": [], "authorized_operations": ops})
     return {"throttle_time": 0, "groups": out}
 
 

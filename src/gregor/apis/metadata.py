@@ -12,8 +12,25 @@ from gregor.server.dispatcher import RequestContext, handles
 
 NO_ID = b"\x00" * 16
 
+# Authorized operations (KIP-430) as a bit field of Kafka's AclOperation codes. Without an
+# authorizer Kafka grants every operation the resource type supports; "not asked" is INT32_MIN.
+OMITTED = -2147483648
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
 
-def topic_entry(topic: Topic, node_id: int) -> dict[str, Any]:
+
+def _bits(*ops: int) -> int:
+    return sum(1 << op for op in ops)
+
+
+TOPIC_OPERATIONS = _bits(READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS)
+CLUSTER_OPERATIONS = _bits(CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER,
+                           DESCRIBE)
+# groups have configs (GROUP config resources), so Kafka 4.0's five operations
+GROUP_OPERATIONS = _bits(READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS)
+
+
+def topic_entry(topic: Topic, node_id: int, authorized_operations: int = OMITTED) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.none,
         "name": topic.name,
@@ -24,7 +41,7 @@ def topic_entry(topic: Topic, node_id: int) -> dict[str, Any]:
              "replica_nodes": [node_id], "isr_nodes": [node_id], "offline_replicas": []}
             for p in range(topic.partitions)
         ],
-        "topic_authorized_operations": -2147483648,
+        "topic_authorized_operations": authorized_operations,
     }
 
 
@@ -41,10 +58,11 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
     requested = req.topics
     all_topics = requested is None or (ctx.version == 0 and len(requested) == 0)
     allow_auto = getattr(req, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
+    topic_ops = TOPIC_OPERATIONS if getattr(req, "include_topic_authorized_operations", False) else OMITTED
     topics: list[dict[str, Any]] = []
     if all_topics:
         for t in sorted(broker.topics.by_name.values(), key=lambda t: t.name):
-            topics.append(topic_entry(t, broker.node_id))
+            topics.append(topic_entry(t, broker.node_id, topic_ops))
     else:
         for rt in requested:
             name = rt.name
@@ -55,7 +73,7 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     topics.append({"error_code": ErrorCode.unknown_topic_id, "name": None,
                                    "topic_id": tid.bytes if tid else NO_ID, "partitions": []})
                 else:
-                    topics.append(topic_entry(found, broker.node_id))
+                    topics.append(topic_entry(found, broker.node_id, topic_ops))
                 continue
             topic = broker.topics.get(name)
             if topic is None and allow_auto:
@@ -68,12 +86,14 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 topics.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name,
                                "topic_id": NO_ID, "partitions": []})
             else:
-                topics.append(topic_entry(topic, broker.node_id))
+                topics.append(topic_entry(topic, broker.node_id, topic_ops))
     return {
         "throttle_time": 0,
         "brokers": broker_entries(ctx),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,
-        "cluster_authorized_operations": -2147483648,
+        # v8-v10 only (moved to DescribeCluster in v11)
+        "cluster_authorized_operations": (CLUSTER_OPERATIONS if getattr(req, "include_cluster_authorized_operations",
+                                                                        False) else OMITTED),
     }

@@ -52,6 +52,10 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             except KafkaError as e:
                 p["error_code"] = e.code
                 p["error_message"] = e.message
+                record_errors = getattr(e, "record_errors", None)
+                if record_errors:  # v8+: which records of the batch were invalid
+                    p["record_errors"] = [{"batch_index": i, "batch_index_error_message": m}
+                                          for i, m in record_errors]
             parts.append(p)
         responses.append({"name": name, "partition_responses": parts})
     if acks == 0:

@@ -28,6 +28,14 @@ from gregor.protocol.records import decode_records
 log = logging.getLogger(__name__)
 
 
+class RecordErrors(KafkaError):
+    """A batch rejected for some of its records: ``record_errors`` holds (batch index, message)."""
+
+    def __init__(self, code: ErrorCode, message: str, record_errors: list[tuple[int, str]]) -> None:
+        super().__init__(code, message)
+        self.record_errors = record_errors
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -310,8 +318,13 @@ class PartitionLog:
             recs = decode_records(records, h)
         except Exception as e:  # noqa: BLE001 - any decode failure is a corrupt batch
             raise KafkaError(ErrorCode.corrupt_message, f"cannot decode records: {e}") from None
-        if any(r.key is None for r in recs):
-            raise KafkaError(ErrorCode.invalid_record, "compacted topic cannot accept a record without a key")
+        missing = [i for i, r in enumerate(recs) if r.key is None]
+        if missing:
+            # Kafka's LogValidator names each offending record (Produce v8+ record_errors): the
+            # client fails those with INVALID_RECORD and the rest of the batch with
+            # INVALID_DIFFERENT_RECORD, so they can be sent again
+            msg = f"compacted topic {self.topic}-{self.partition} cannot accept a record without a key"
+            raise RecordErrors(ErrorCode.invalid_record, msg, [(i, msg) for i in missing])
 
     def _maybe_roll(self, incoming: int, now: int) -> None:
         act = self.active
