@@ -38,6 +38,9 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.cluster_id = ""
         self.connections: set[Any] = set()
+        from gregor.server.limits import ConnectionLimits
+
+        self.limits = ConnectionLimits(config)
         self.server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         from gregor.coordinator.group.service import GroupCoordinatorService
@@ -91,6 +94,8 @@ class Broker:
         self.server = await loop.create_server(lambda: KafkaConnection(self), host, port, reuse_address=True,
                                                backlog=1024)
         self._tasks.append(loop.create_task(self._housekeeping()))
+        if self.limits.max_idle_s is not None:
+            self._tasks.append(loop.create_task(self._close_idle_connections(self.limits.max_idle_s)))
         if self.config["metrics.listener"]:
             from gregor.metrics.http import parse_listener, serve_metrics
 
@@ -123,6 +128,15 @@ class Broker:
         await self.coordinator.stop()
         self.logs.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)
+
+    async def _close_idle_connections(self, max_idle: float) -> None:
+        """connections.max.idle.ms: checked every tenth of the limit (at most every second)."""
+        from gregor.server.connection import close_idle
+
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(max(max_idle / 10, 0.01), 1.0))
+            close_idle(self.connections, loop.time(), max_idle)
 
     async def _housekeeping(self) -> None:
         """Time-based flushes, checkpoints and retention, on Kafka's schedules."""

@@ -76,6 +76,28 @@ def _metrics_listener(v: str) -> str:
     return s
 
 
+def _ip_overrides(v: str) -> str:
+    """``host:count,host:count`` (Kafka's max.connections.per.ip.overrides); kept as the string."""
+    for item in v.split(","):
+        if not item.strip():
+            continue
+        host, sep, count = item.strip().rpartition(":")
+        if not sep or not host or not re.fullmatch(r"[A-Za-z0-9._:\[\]-]+", host):
+            raise ValueError(f"{item.strip()!r} is not host:count")
+        if not count.strip().isdigit() or int(count) > INT_MAX:
+            raise ValueError(f"{item.strip()!r}: the count must be a number from 0 to {INT_MAX}")
+    return v.strip()
+
+
+def ip_overrides(v: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in v.split(","):
+        if item.strip():
+            host, _, count = item.strip().rpartition(":")
+            out[host.strip("[]")] = int(count)
+    return out
+
+
 def _nonempty(v: str) -> str:
     if not v.strip():
         raise ValueError("must not be empty")
@@ -109,6 +131,16 @@ KEYS: dict[str, Key] = {
         Key("delete.topic.enable", _bool, True, "allow DeleteTopics"),
         Key("message.max.bytes", _int_range(0, INT_MAX), 1048588, "largest record batch accepted"),
         Key("socket.request.max.bytes", _int_range(1, INT_MAX), 104857600, "largest request frame"),
+        Key("queued.max.request.bytes", _int_range(-1, LONG_MAX), -1,
+            "bytes of requests read but not yet answered, all connections together, before reading"
+            " pauses (-1: no limit)"),
+        Key("connections.max.idle.ms", _int_range(-(2**63), LONG_MAX), 600000,
+            "close connections with no traffic for this long (negative: never)"),
+        Key("max.connections", _POS_INT, INT_MAX, "connections served at once; further ones wait unread"),
+        Key("max.connections.per.ip", _POS_INT, INT_MAX, "connections per client address; further ones are closed"),
+        Key("max.connections.per.ip.overrides", _ip_overrides, "",
+            "per-address exceptions, e.g. 127.0.0.1:200,hostName:100"),
+        Key("fetch.max.bytes", _int_range(1024, INT_MAX), 57671680, "largest Fetch response's record bytes"),
         Key("log.segment.bytes", _int_range(14, INT_MAX), 1073741824, "segment roll size"),
         Key("log.roll.ms", _POS_LONG, None, "segment roll age"),
         Key("log.roll.hours", _int_range(1, INT_MAX), 168, "segment roll age in hours"),
@@ -222,6 +254,10 @@ class BrokerConfig:
             cfg.values["node.id"] = cfg.values["broker.id"]
         elif "broker.id" in cfg.values and cfg.values["broker.id"] != cfg.values["node.id"]:
             raise ConfigError(f"broker.id={cfg.values['broker.id']} contradicts node.id={cfg.values['node.id']}")
+        if 0 < cfg["queued.max.request.bytes"] < cfg["socket.request.max.bytes"]:
+            raise ConfigError("queued.max.request.bytes must be -1 or at least socket.request.max.bytes")
+        if cfg["max.connections.per.ip"] == 0 and not cfg["max.connections.per.ip.overrides"]:
+            raise ConfigError("max.connections.per.ip can be 0 only if max.connections.per.ip.overrides is set")
         return cfg
 
     # Derived settings, resolved the way Kafka resolves them (ms wins over minutes over hours).

@@ -2,8 +2,13 @@
 ``min_bytes`` are available.
 
 Limits as in Kafka: ``partition_max_bytes`` per partition and ``max_bytes`` for the response,
-except that the first partition with data always gets at least one whole batch (KIP-74) so a
-consumer can never be stuck behind a batch larger than its limits.
+the latter capped by the broker's ``fetch.max.bytes`` whatever the client asks, except that the
+first partition with data always gets at least one whole batch (KIP-74) so a consumer can never be
+stuck behind a batch larger than its limits.
+
+A partition's records of ``REGION_BYTES`` or more are not read here: they travel as a FileRegion
+that the connection reads in chunks as the socket drains, so a large response does not sit in
+memory (see docs/architecture.md).
 
 Fetch sessions (KIP-227) are declined the way a Kafka broker with a full session cache declines
 them: every response carries session id 0, so clients keep sending full fetch requests.
@@ -15,6 +20,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from gregor.log.file_region import FileRegion
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
@@ -22,10 +28,11 @@ from gregor.server.dispatcher import RequestContext, handles
 
 INVALID_SESSION_ID = 0
 FINAL_EPOCH = -1
+REGION_BYTES = 1 << 20
 
 
 @handles(ApiKey.FETCH, 4, 16)
-async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes]:
+async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | FileRegion]:
     session_id = getattr(req, "session_id", 0)
     session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
     if session_id != INVALID_SESSION_ID:
@@ -35,21 +42,32 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes]:
 
     wanted = _resolve(ctx, req, by_id=ctx.version >= 13)
     max_wait = req.max_wait.total_seconds()
-    min_bytes = max(req.min_bytes, 1)
+    # Kafka: the response limit is the smaller of the request's and fetch.max.bytes, and min_bytes
+    # never exceeds it
+    max_bytes = min(max(req.max_bytes, 0), ctx.broker.config["fetch.max.bytes"])
+    min_bytes = min(max(req.min_bytes, 1), max(max_bytes, 1))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     metrics = ctx.broker.metrics if ctx.broker.metrics_enabled else None
     client_id = ctx.header.client_id or ""
     owners = metrics.attribute_fetch(client_id, ctx.client_host, wanted, ctx.connection_state) if metrics else {}
     while True:
-        topics, total, any_error, served = _read_all(ctx, req, wanted)
+        topics, total, any_error, served = _read_all(ctx, max_bytes, wanted)
         remaining = deadline - loop.time()
         if total >= min_bytes or any_error or remaining <= 0:
             break
+        _close_regions(topics)
         await ctx.broker.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
     if metrics is not None:
         metrics.account_fetch(owners, wanted, served)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
+
+
+def _close_regions(topics: list[TopicData]) -> None:
+    for t in topics:
+        for p in t.partitions:
+            if isinstance(p.records, FileRegion):
+                p.records.close()
 
 
 def _top_error(code: ErrorCode) -> dict[str, Any]:
@@ -84,10 +102,10 @@ def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
 Served = list[tuple[str, int, int, int]]  # topic, partition, messages, bytes
 
 
-def _read_all(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> tuple[list[TopicData], int, bool, Served]:
+def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted]) -> tuple[list[TopicData], int, bool, Served]:
     logs = ctx.broker.logs
     served: Served = []
-    budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+    budget = max_bytes
     total = 0
     any_error = False
     first_with_data = True
@@ -99,16 +117,17 @@ def _read_all(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> tuple[list
             entry.error_code = ErrorCode.unknown_topic_or_partition
         if plog is not None:
             try:
-                res = plog.read(offset, min(pmax, budget), min_one_batch=first_with_data)
-                entry.records = res.records
+                res = plog.read(offset, min(pmax, budget), min_one_batch=first_with_data, region_above=REGION_BYTES)
+                entry.records = res.region if res.region is not None else res.records
                 entry.high_watermark = entry.last_stable_offset = res.high_watermark
                 entry.log_start_offset = res.log_start_offset
-                if res.records:
+                size = len(entry.records)
+                if size:
                     first_with_data = False
-                    total += len(res.records)
-                    budget = max(budget - len(res.records), 0)
+                    total += size
+                    budget = max(budget - size, 0)
                     # messages from the fetch offset on (the first batch may start before it)
-                    served.append((plog.topic, partition, max(res.next_offset - offset, 0), len(res.records)))
+                    served.append((plog.topic, partition, max(res.next_offset - offset, 0), size))
             except KafkaError as e:
                 entry.error_code = e.code
                 entry.high_watermark = entry.last_stable_offset = plog.high_watermark

@@ -2,7 +2,8 @@
 
 The generic codec would copy every fetched byte twice (into the entity, then into the frame);
 here the response is a list of buffers: small encoded pieces and the record data exactly as read
-from the segment, written to the socket one after another. Tested byte for byte against kio's
+from the segment (or a FileRegion the connection reads in chunks as the socket drains), written to
+the socket one after another. Tested byte for byte against kio's
 generated encoder in tests/protocol/test_fetch_response.py.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass, field
+
+from gregor.log.file_region import FileRegion
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -33,7 +36,7 @@ class PartitionData:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | FileRegion = b""
 
 
 @dataclass(slots=True)
@@ -42,10 +45,11 @@ class TopicData:
     partitions: list[PartitionData] = field(default_factory=list)
 
 
-def encode_fetch_response(version: int, error_code: int, session_id: int, topics: list[TopicData]) -> list[bytes]:
+def encode_fetch_response(version: int, error_code: int, session_id: int,
+                          topics: list[TopicData]) -> list[bytes | FileRegion]:
     """Body of a FetchResponse (no response header) as a list of buffers."""
     flexible = version >= 12
-    parts: list[bytes] = []
+    parts: list[bytes | FileRegion] = []
     buf = bytearray()
     buf += _I32.pack(0)  # throttle_time_ms
     if version >= 7:

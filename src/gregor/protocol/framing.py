@@ -3,11 +3,17 @@
 The decoder never buffers more than one frame's worth of data: a size prefix larger than
 ``max_frame_bytes`` is reported as soon as the four prefix bytes arrive, before any of the
 payload is read, so an oversized request costs no memory.
+
+With a ``reserve`` callback (the broker's queued.max.request.bytes pool), every frame's size is
+reserved when its prefix is read, before its payload is taken in; if the reservation is refused the
+decoder stops there (``blocked``), keeps what it has, and carries on at the next ``feed`` call.
+The payload is buffered as it arrives, never preallocated from the prefix.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 _SIZE = struct.Struct(">i")
 
@@ -17,14 +23,17 @@ class FrameError(Exception):
 
 
 class FrameDecoder:
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, reserve: Callable[[int], bool] | None = None) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.reserve = reserve
+        self.blocked = False  # the last frame's reservation was refused; feed again to retry
         self._buf = bytearray()
         self._need: int | None = None  # payload size of the frame being read
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every complete frame payload they finish."""
         frames: list[bytes] = []
+        self.blocked = False
         if not self._buf and self._need is None:
             # fast path: nothing pending, slice frames straight out of what arrived
             pos = self._split(data, frames)
@@ -46,6 +55,9 @@ class FrameDecoder:
                     raise FrameError(
                         f"frame of {size} bytes exceeds socket.request.max.bytes={self.max_frame_bytes}"
                     )
+                if self.reserve is not None and not self.reserve(size):
+                    self.blocked = True
+                    break
                 self._need = size
                 pos += 4
             if end - pos < self._need:
@@ -66,6 +78,8 @@ class FrameDecoder:
             (size,) = _SIZE.unpack_from(data, pos)
             if size < 0 or size > self.max_frame_bytes or end - pos - 4 < size:
                 break  # errors are raised by the buffered path, which sees the same prefix
+            if self.reserve is not None and not self.reserve(size):
+                break  # the buffered path asks again and reports it
             frames.append(data[pos + 4 : pos + 4 + size])
             pos += 4 + size
         return pos

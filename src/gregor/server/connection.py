@@ -5,6 +5,13 @@ its request, which gives natural back-pressure).
 Bad input never takes the broker down: an oversized or negative size prefix, an undecodable
 header, an unknown API key or a malformed body closes this connection with a log line naming the
 client; every other connection carries on.
+
+Memory a connection can hold is bounded whatever its peer does: reading pauses once
+``MAX_QUEUED_FRAMES`` requests or ``MAX_QUEUED_BYTES`` are waiting (plus the one frame being read);
+no further request is worked on while the transport holds more than ``WRITE_HIGH_WATER`` unsent
+bytes (a peer that never reads stops being served, and is closed after connections.max.idle.ms);
+large fetched ranges are read ``SEND_CHUNK`` bytes at a time as the socket drains. Limits across
+connections (counts, queued.max.request.bytes, idle expiry) are in server/limits.py.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from gregor.log.file_region import FileRegion
 from gregor.protocol import codec
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.encoder import encode
@@ -30,7 +38,13 @@ log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
 MAX_QUEUED_FRAMES = 64
+MAX_QUEUED_BYTES = 1 << 20
+WRITE_HIGH_WATER = 1 << 20
+SEND_CHUNK = 256 * 1024
 API_VERSIONS_V0_UNSUPPORTED = 0
+
+# reasons reading is paused
+_QUEUE_FULL, _NO_MEMORY, _NO_SLOT = 1, 2, 4
 
 
 class CloseConnection(Exception):
@@ -41,14 +55,24 @@ class KafkaConnection(asyncio.Protocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.id = next(_ids)
-        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+        self.pool = broker.limits.pool
+        self.quotas = broker.limits.quotas
+        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"], self._reserve)
         self.queue: deque[bytes] = deque()
+        self._queued_bytes = 0
+        self._held = 0  # bytes reserved in the request pool: queued, in progress and partial frames
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.host = "?"
+        self._loop = asyncio.get_running_loop()
+        self.last_active = self._loop.time()
+        self.busy = False  # a request is being worked on
+        self.active = False  # counted against max.connections and served
+        self._counted_ip = False
+        self._paused = 0  # bit set of reasons reading is paused
         self._wakeup = asyncio.Event()
         self._can_write = asyncio.Event()
         self._can_write.set()
-        self._reading_paused = False
         self._closed = False
         self._worker: asyncio.Task[None] | None = None
         self.state: dict[object, object] = {}  # RequestContext.connection_state
@@ -59,11 +83,38 @@ class KafkaConnection(asyncio.Protocol):
         assert self.transport is not None
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        self.host = str(peer[0]) if peer else "?"
+        if not self.quotas.admit_ip(self.host):
+            log.info("closing connection from %s: the address already has max.connections.per.ip=%d",
+                     self.peer, self.quotas.limit_for(self.host))
+            self._abort()
+            return
+        self._counted_ip = True
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.broker.connections.add(self)
-        self._worker = asyncio.get_running_loop().create_task(self._run())
+        if self.quotas.has_slot():
+            self._activate()
+        elif len(self.quotas.waiting) < self.quotas.max_waiting:
+            # as behind Kafka's blocked acceptor: the connection waits unread for a free slot
+            self._pause(_NO_SLOT)
+            self.quotas.waiting.append(self)
+        else:
+            log.info("closing connection from %s: max.connections=%d reached and %d connections waiting",
+                     self.peer, self.quotas.max_connections, len(self.quotas.waiting))
+            self._abort()
+
+    def _activate(self) -> None:
+        self.active = True
+        self.quotas.active += 1
+        self.last_active = self._loop.time()
+        self._resume(_NO_SLOT)
+        self._worker = self._loop.create_task(self._run())
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = self._loop.time()
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
         try:
             frames = self.decoder.feed(data)
         except FrameError as e:
@@ -72,10 +123,42 @@ class KafkaConnection(asyncio.Protocol):
             return
         if frames:
             self.queue.extend(frames)
+            self._queued_bytes += sum(len(f) for f in frames)
             self._wakeup.set()
-            if len(self.queue) >= MAX_QUEUED_FRAMES and self.transport and not self._reading_paused:
-                self.transport.pause_reading()
-                self._reading_paused = True
+            if len(self.queue) >= MAX_QUEUED_FRAMES or self._queued_bytes >= MAX_QUEUED_BYTES:
+                self._pause(_QUEUE_FULL)
+        if self.decoder.blocked and not self._closed:
+            # queued.max.request.bytes reached: read nothing more until a request is answered
+            self._pause(_NO_MEMORY)
+            self.pool.wait(self._memory_available)
+
+    def _memory_available(self) -> None:
+        if self._closed:
+            return
+        self._resume(_NO_MEMORY)
+        self._take(b"")  # parse what is already buffered; may block again
+
+    def _reserve(self, size: int) -> bool:
+        if not self.pool.try_reserve(size):
+            return False
+        self._held += size
+        return True
+
+    def _release(self, size: int) -> None:
+        if not self._closed:
+            self._held -= size
+            self.pool.release(size)
+
+    def _pause(self, reason: int) -> None:
+        if not self._paused and self.transport is not None:
+            self.transport.pause_reading()
+        self._paused |= reason
+
+    def _resume(self, reason: int) -> None:
+        if self._paused & reason:
+            self._paused &= ~reason
+            if not self._paused and self.transport is not None and not self._closed:
+                self.transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         return None
@@ -85,11 +168,31 @@ class KafkaConnection(asyncio.Protocol):
         self._wakeup.set()
         self._can_write.set()
         self.broker.connections.discard(self)
+        self.pool.forget(self._memory_available)
+        held, self._held = self._held, 0
+        if held:
+            self.pool.release(held)
+        if self._counted_ip:
+            self._counted_ip = False
+            self.quotas.release_ip(self.host)
+        if self.active:
+            self.active = False
+            self.quotas.active -= 1
+            while self.quotas.waiting and self.quotas.has_slot():
+                nxt = self.quotas.waiting.popleft()
+                if not nxt._closed:
+                    nxt._activate()
+        elif self._paused & _NO_SLOT:
+            try:
+                self.quotas.waiting.remove(self)
+            except ValueError:
+                pass
 
     def pause_writing(self) -> None:
         self._can_write.clear()
 
     def resume_writing(self) -> None:
+        self.last_active = self._loop.time()
         self._can_write.set()
 
     # -- work --------------------------------------------------------------------------------
@@ -101,20 +204,56 @@ class KafkaConnection(asyncio.Protocol):
                     await self._wakeup.wait()
                     continue
                 frame = self.queue.popleft()
-                if self._reading_paused and len(self.queue) < MAX_QUEUED_FRAMES // 2 and self.transport:
-                    self.transport.resume_reading()
-                    self._reading_paused = False
-                response = await self.handle(frame)
-                if response is not None and not self._closed and self.transport is not None:
-                    for buf in response:
-                        self.transport.write(buf)
-                    if not self._can_write.is_set():
-                        await self._can_write.wait()
+                self._queued_bytes -= len(frame)
+                if (self._paused & _QUEUE_FULL and len(self.queue) < MAX_QUEUED_FRAMES // 2
+                        and self._queued_bytes < MAX_QUEUED_BYTES // 2):
+                    self._resume(_QUEUE_FULL)
+                self.busy = True
+                try:
+                    response = await self.handle(frame)
+                finally:
+                    self.busy = False
+                    self.last_active = self._loop.time()
+                    self._release(len(frame))
+                del frame
+                if response is not None:
+                    await self._send(response)
         except CloseConnection:
             self._abort()
         except Exception:
             log.exception("unexpected error on connection from %s; closing it", self.peer)
             self._abort()
+
+    async def _send(self, response: list[bytes | FileRegion]) -> None:
+        """Write a response; file regions are read in chunks, each after the socket drained, and
+        nothing more is worked on while the transport holds more than its high-water mark."""
+        try:
+            for buf in response:
+                if self._closed or self.transport is None:
+                    return
+                if not isinstance(buf, FileRegion):
+                    self.transport.write(buf)
+                    continue
+                done = 0
+                while done < buf.length:
+                    if not self._can_write.is_set():
+                        await self._can_write.wait()
+                        if self._closed:
+                            return
+                    chunk = buf.read(done, min(SEND_CHUNK, buf.length - done))
+                    if not chunk:
+                        log.error("segment data for a fetch response to %s vanished; closing the connection",
+                                  self.peer)
+                        raise CloseConnection
+                    self.transport.write(chunk)
+                    done += len(chunk)
+                self.last_active = self._loop.time()
+            if not self._can_write.is_set():
+                await self._can_write.wait()
+        finally:
+            for buf in response:
+                if isinstance(buf, FileRegion):
+                    buf.close()
 
     def _abort(self) -> None:
         self._closed = True
@@ -128,7 +267,8 @@ class KafkaConnection(asyncio.Protocol):
     def idle(self) -> bool:
         return not self.queue
 
-    async def handle(self, frame: bytes) -> list[bytes] | None:
+
+    async def handle(self, frame: bytes) -> list[bytes | FileRegion] | None:
         """Answer one request frame; returns the buffers of the size-prefixed response (None: no
         response)."""
         try:
@@ -171,7 +311,7 @@ class KafkaConnection(asyncio.Protocol):
         body = result if isinstance(result, bytes) else encode(codec.response_schema(api_key, version), result)
         return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
 
-    def _unsupported_version(self, api_key: int, version: int, corr: int) -> list[bytes]:
+    def _unsupported_version(self, api_key: int, version: int, corr: int) -> list[bytes | FileRegion]:
         if api_key == ApiKey.API_VERSIONS:
             # Kafka answers with a v0 response carrying UNSUPPORTED_VERSION and its versions, so
             # that the client can retry with one it has in common.
@@ -197,3 +337,15 @@ class KafkaConnection(asyncio.Protocol):
         if "error_code" not in getattr(cls, "__dataclass_fields__", {}):
             return None
         return {"error_code": code}
+
+
+def close_idle(connections: set[Any], now: float, max_idle: float) -> int:
+    """Close connections that read and wrote nothing for ``max_idle`` seconds and are not working
+    on a request; returns how many. As in Kafka, one waiting for request memory is not exempt."""
+    n = 0
+    for c in list(connections):
+        if c.active and not c.busy and not c._closed and now - c.last_active > max_idle:
+            log.info("closing connection from %s: idle for more than connections.max.idle.ms", c.peer)
+            c.close()
+            n += 1
+    return n

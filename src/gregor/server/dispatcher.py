@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gregor.log.file_region import FileRegion
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 
@@ -31,8 +32,9 @@ class RequestContext:
 
 # A handler returns the response as a dict (built into the version's schema by the connection),
 # as already-encoded body bytes, or as a list of body buffers written one after another (Fetch,
-# so record data is never copied into one big buffer); None means "no response" (acks=0).
-Response = dict[str, Any] | bytes | list[bytes] | None
+# so record data is never copied into one big buffer, and large ranges stay in the file as
+# FileRegions until the socket takes them); None means "no response" (acks=0).
+Response = dict[str, Any] | bytes | list[bytes] | list[bytes | FileRegion] | None
 Handler = Callable[[RequestContext, Any], Awaitable[Response]]
 
 
