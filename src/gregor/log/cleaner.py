@@ -69,10 +69,14 @@ def clean_segment(seg: Segment, latest: dict[bytes, int], drop_tombstones: bool,
                                producer_epoch=h.producer_epoch, base_sequence=-1,
                                attributes=h.attributes)
     cleaned = seg.path.with_suffix(".cleaned")
-    with open(cleaned, "wb") as f:
-        f.write(out)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(cleaned, "wb") as f:
+            f.write(out)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        cleaned.unlink(missing_ok=True)  # a full disk: no partial copy may keep the space
+        raise
     return cleaned
 
 
@@ -117,8 +121,10 @@ def swap_in(plog: PartitionLog, sealed: list[Segment], files: list[Path]) -> int
 async def clean_partition(plog: PartitionLog) -> int:
     try:
         sealed, files, _ = await asyncio.to_thread(compact, plog)
-    except OSError as e:  # a segment went away under the cleaner (retention, topic deletion)
+    except OSError as e:  # a segment went away under the cleaner (retention, topic deletion), or a full disk
         log.info("%s-%d: cleaning skipped: %s", plog.topic, plog.partition, e)
+        for f in plog.dir.glob("*.cleaned"):  # copies of the segments cleaned before the failure
+            f.unlink(missing_ok=True)
         return 0
     if not sealed:
         return 0
