@@ -86,7 +86,8 @@ class Broker:
         t = time.perf_counter()
         cmd = [sys.executable, "-m", "gregor", "serve", "--override", f"log.dirs={self.data}",
                "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}", *self.extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.data.parent / "broker.log", "ab"))
+        with open(self.data.parent / "broker.log", "ab") as err:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited: see {self.data.parent / 'broker.log'}")

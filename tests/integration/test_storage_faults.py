@@ -194,7 +194,8 @@ def test_delete_topic_is_the_way_out_of_a_full_disk(disk_broker, small_disk):
     produce(b.bootstrap, "keep", 0, kept)
     fill(small_disk)  # left in place: only the deletion frees space
     w = Wire(b.bootstrap)
-    assert raw_produce(w, "keep", 0, build_batch([(None, value("full", 0))])).error_code == ErrorCode.kafka_storage_error
+    res = raw_produce(w, "keep", 0, build_batch([(None, value("full", 0))]))
+    assert res.error_code == ErrorCode.kafka_storage_error
 
     admin.delete_topics(["big"], operation_timeout=30)["big"].result(30)
     st = os.statvfs(small_disk)
