@@ -36,6 +36,9 @@ class Broker:
         FD_CACHE.capacity = config["log.segment.open.files.max"]
         self.logs = LogManager(self.data_dir, config.topic_defaults(), self.topics)
         self.producer_ids = ProducerIdManager(self.data_dir)
+        from gregor.dynamic_configs import DynamicConfigs
+
+        self.dynamic_configs = DynamicConfigs(self)  # configs altered at run time (admin APIs)
         self.cluster_id = ""
         self.connections: set[Any] = set()
         from gregor.server.limits import ConnectionLimits
@@ -59,6 +62,7 @@ class Broker:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open_storage(self) -> None:
+        self.dynamic_configs.load()  # before the logs: dynamic broker configs are topic defaults
         self.logs.startup()
         self.producer_ids.load()
         self.cluster_id = self._load_cluster_id()
@@ -166,7 +170,7 @@ class Broker:
                 next_retention = now + retention_every
                 self.logs.enforce_retention()
             if now >= next_clean and self.config["log.cleaner.enable"]:
-                next_clean = now + cleaner_every
+                next_clean = now + self.config["log.cleaner.backoff.ms"] / 1000  # dynamic config
                 await self.logs.clean_due()
             if now >= next_checkpoint:
                 next_checkpoint = now + 60

@@ -274,3 +274,93 @@ def test_delete_records(broker):
     broker.start()
     assert _watermarks(broker, "delrec", 0) == (55, 100)
     assert _watermarks(broker, "delrec", 1) == (100, 100)
+
+
+# -- dynamic broker configs ------------------------------------------------------------------------
+def test_dynamic_broker_configs_apply_at_once_and_persist(broker):
+    from confluent_kafka.admin import ConfigSource
+
+    a = admin(broker)
+    create(a, "dyn")
+    create(a, "dyn-own", **{"retention.ms": "1000"})
+    incremental(a, ResourceType.BROKER, "0", ("log.retention.ms", "3600000", AlterConfigOpType.SET))
+    entry = config_of(a, ResourceType.BROKER, "0")["log.retention.ms"]
+    assert (entry.value, entry.source, entry.is_read_only) == ("3600000", ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+                                                             False)
+    topic = config_of(a, ResourceType.TOPIC, "dyn")["retention.ms"]
+    assert (topic.value, topic.source) == ("3600000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert config_of(a, ResourceType.TOPIC, "dyn-own")["retention.ms"].value == "1000"  # its override wins
+
+    # a list key: APPEND makes every topic without an override compacted, SUBTRACT undoes it
+    incremental(a, ResourceType.BROKER, "0", ("log.cleanup.policy", "compact", AlterConfigOpType.APPEND))
+    assert config_of(a, ResourceType.TOPIC, "dyn")["cleanup.policy"].value == "delete,compact"
+    (err,) = produce(broker, "dyn", [(None, b"v", None)])
+    assert err is not None and err.code() == KafkaError.INVALID_RECORD
+    incremental(a, ResourceType.BROKER, "0", ("log.cleanup.policy", "compact", AlterConfigOpType.SUBTRACT))
+    assert config_of(a, ResourceType.TOPIC, "dyn")["cleanup.policy"].value == "delete"
+    assert produce(broker, "dyn", [(None, b"v", None)]) == [None]
+
+    # Kafka's dynamic keys without effect on one node are accepted (librdkafka 0081 sets this one);
+    # the legacy AlterConfigs replaces the whole per-broker set
+    incremental(a, ResourceType.BROKER, "0", ("sasl.kerberos.min.time.before.relogin", "58000",
+                                              AlterConfigOpType.SET))
+    assert config_of(a, ResourceType.BROKER, "0")["sasl.kerberos.min.time.before.relogin"].value == "58000"
+    res = ConfigResource(ResourceType.BROKER, "0", set_config={"sasl.kerberos.min.time.before.relogin": "60000",
+                                                               "log.retention.ms": "7200000"})
+    for f in a.alter_configs([res]).values():
+        f.result(10)
+    # a cluster-wide default sits below the per-broker value
+    w = Wire(broker.bootstrap)  # the admin client refuses an empty resource name: over the wire
+    try:
+        resp = w.call(44, 1, {"validate_only": False, "resources": [
+            {"resource_type": 4, "resource_name": "", "configs": [
+                {"name": "log.segment.bytes", "config_operation": 0, "value": "10485760"}]}]})
+        assert resp.responses[0].error_code == 0
+        resp = w.call(44, 1, {"validate_only": False, "resources": [  # per-broker only (a listener setting)
+            {"resource_type": 4, "resource_name": "", "configs": [
+                {"name": "sasl.kerberos.min.time.before.relogin", "config_operation": 0, "value": "1"}]}]})
+        assert resp.responses[0].error_code == KafkaError.INVALID_REQUEST
+    finally:
+        w.close()
+    seg = config_of(a, ResourceType.BROKER, "0")["log.segment.bytes"]
+    assert (seg.value, seg.source) == ("10485760", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+
+    # keys that cannot change at run time, and bad values: INVALID_REQUEST, as Kafka answers
+    for key, value in [("log.dirs", "/elsewhere"), ("auto.create.topics.enable", "false"),
+                       ("log.retention.ms", "soon"), ("no.such.key", "1")]:
+        with pytest.raises(KafkaException) as e:
+            incremental(a, ResourceType.BROKER, "0", (key, value, AlterConfigOpType.SET))
+        assert kafka_error_code(e) == KafkaError.INVALID_REQUEST, key
+    with pytest.raises(KafkaException) as e:
+        incremental(a, ResourceType.BROKER, "0", ("log.retention.ms", "1", AlterConfigOpType.APPEND))
+    assert kafka_error_code(e) == KafkaError.INVALID_CONFIG
+
+    broker.restart()
+    a = admin(broker)
+    cfg = config_of(a, ResourceType.BROKER, "0")
+    assert cfg["log.retention.ms"].value == "7200000"
+    assert cfg["sasl.kerberos.min.time.before.relogin"].value == "60000"
+    assert cfg["log.segment.bytes"].value == "10485760"
+    assert config_of(a, ResourceType.TOPIC, "dyn")["retention.ms"].value == "7200000"
+    incremental(a, ResourceType.BROKER, "0", ("log.retention.ms", None, AlterConfigOpType.DELETE))
+    entry = config_of(a, ResourceType.BROKER, "0")["log.retention.ms"]
+    assert entry.source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_group_config_resources(broker):
+    a = admin(broker)
+    cfg = config_of(a, ResourceType.GROUP, "no-such-group")
+    assert cfg["consumer.session.timeout.ms"].value == "45000"
+    assert cfg["consumer.heartbeat.interval.ms"].value == "5000"
+    incremental(a, ResourceType.GROUP, "billing", ("consumer.session.timeout.ms", "50000", AlterConfigOpType.SET))
+    assert config_of(a, ResourceType.GROUP, "billing")["consumer.session.timeout.ms"].value == "50000"
+    assert config_of(a, ResourceType.GROUP, "other")["consumer.session.timeout.ms"].value == "45000"
+    for key, value in [("consumer.session.timeout.ms", "1000"), ("no.such.group.key", "1")]:
+        with pytest.raises(KafkaException) as e:
+            incremental(a, ResourceType.GROUP, "billing", (key, value, AlterConfigOpType.SET))
+        assert kafka_error_code(e) == KafkaError.INVALID_CONFIG
+    broker.restart()
+    a = admin(broker)
+    assert config_of(a, ResourceType.GROUP, "billing")["consumer.session.timeout.ms"].value == "50000"
+    incremental(a, ResourceType.GROUP, "billing", ("consumer.session.timeout.ms", None, AlterConfigOpType.DELETE))
+    assert config_of(a, ResourceType.GROUP, "billing")["consumer.session.timeout.ms"].value == "45000"

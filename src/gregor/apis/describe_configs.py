@@ -1,6 +1,9 @@
-"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics and this
-broker. Config sources are Kafka's: a topic override is DYNAMIC_TOPIC_CONFIG, a key set in
-server.properties or --override is STATIC_BROKER_CONFIG, the rest DEFAULT_CONFIG."""
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics, this broker
+and groups (GROUP resources, Kafka 4.0). Config sources are Kafka's: a topic override is
+DYNAMIC_TOPIC_CONFIG, a broker key altered at run time DYNAMIC_BROKER_CONFIG (resource name = the
+node id) or DYNAMIC_DEFAULT_BROKER_CONFIG (resource name ""), a key set in server.properties or
+--override STATIC_BROKER_CONFIG, a group override GROUP_CONFIG, the rest DEFAULT_CONFIG. Which
+broker keys may change at run time, and how they persist: ``gregor.dynamic_configs``."""
 
 from __future__ import annotations
 
@@ -9,12 +12,14 @@ from typing import Any
 from gregor.broker import Broker
 from gregor.cluster.topics import Topic
 from gregor.config import KEYS, TOPIC_KEYS
+from gregor.dynamic_configs import SERVED
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import RequestContext, handles
 
-TOPIC, BROKER = 2, 4
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+TOPIC, BROKER, GROUP = 2, 4, 32
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 4, 5, 8
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
 
 # topic config -> the broker key it defaults from (Kafka's synonyms)
@@ -54,6 +59,7 @@ def _type_of(value: Any, key: str) -> int:
 def topic_config_entries(broker: Broker, topic: Topic, keys: list[str] | None,
                          synonyms: bool = False) -> list[dict[str, Any]]:
     effective = broker.logs.topic_config(topic)
+    dyn = broker.dynamic_configs
     out = []
     for key in sorted(set(TOPIC_KEYS) | set(topic.configs)):
         if keys is not None and key not in keys:
@@ -62,36 +68,66 @@ def topic_config_entries(broker: Broker, topic: Topic, keys: list[str] | None,
         broker_key = TOPIC_SYNONYMS.get(key)
         if key in topic.configs:
             source = DYNAMIC_TOPIC_CONFIG
-        elif broker_key is not None and broker_key in broker.config.values:
-            source = STATIC_BROKER_CONFIG
+        elif broker_key is not None:
+            source = dyn.source_of(broker_key)
         else:
             source = DEFAULT_CONFIG
         syn = []
         if synonyms:
             if key in topic.configs:
                 syn.append({"name": key, "value": render(topic.configs[key]), "source": DYNAMIC_TOPIC_CONFIG})
-            if broker_key is not None and broker_key in broker.config.values:
-                syn.append({"name": broker_key, "value": render(broker.config.values[broker_key]),
-                            "source": STATIC_BROKER_CONFIG})
             if broker_key is not None:
-                syn.append({"name": broker_key, "value": render(KEYS[broker_key].default), "source": DEFAULT_CONFIG})
+                syn += broker_synonyms(broker, broker_key)
         out.append({"name": key, "value": render(value), "read_only": False, "config_source": source,
                     "is_sensitive": False, "synonyms": syn, "config_type": _type_of(value, key),
                     "documentation": None})
     return out
 
 
-def broker_config_entries(broker: Broker, keys: list[str] | None) -> list[dict[str, Any]]:
+def broker_synonyms(broker: Broker, key: str) -> list[dict[str, Any]]:
+    """A broker key's values in Kafka's order of precedence (include_synonyms)."""
+    dyn = broker.dynamic_configs
+    syn = []
+    if key in dyn.per_broker:
+        syn.append({"name": key, "value": dyn.per_broker[key], "source": DYNAMIC_BROKER_CONFIG})
+    if key in dyn.cluster_default:
+        syn.append({"name": key, "value": dyn.cluster_default[key], "source": DYNAMIC_DEFAULT_BROKER_CONFIG})
+    if key in dyn.static:
+        syn.append({"name": key, "value": render(dyn.static[key]), "source": STATIC_BROKER_CONFIG})
+    if key in KEYS:
+        syn.append({"name": key, "value": render(KEYS[key].default), "source": DEFAULT_CONFIG})
+    return syn
+
+
+def broker_config_entries(broker: Broker, keys: list[str] | None, synonyms: bool = False) -> list[dict[str, Any]]:
+    dyn = broker.dynamic_configs
     out: list[dict[str, Any]] = []
     for key, spec in sorted(KEYS.items()):
         if keys is not None and key not in keys:
             continue
-        explicit = key in broker.config.values
         value = broker.config[key]
-        out.append({"name": key, "value": render(value), "read_only": True,
-                    "config_source": STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG,
-                    "is_sensitive": False, "synonyms": [], "config_type": _type_of(value, key),
-                    "documentation": spec.doc})
+        out.append({"name": key, "value": render(value), "read_only": key not in SERVED,
+                    "config_source": dyn.source_of(key), "is_sensitive": False,
+                    "synonyms": broker_synonyms(broker, key) if synonyms else [],
+                    "config_type": _type_of(value, key), "documentation": spec.doc})
+    for key, value, source in dyn.described_inert(keys):  # accepted at run time, no effect here
+        out.append({"name": key, "value": value, "read_only": False, "config_source": source,
+                    "is_sensitive": key == "sasl.jaas.config", "synonyms": [], "config_type": TYPE_STRING,
+                    "documentation": "accepted for compatibility; no effect on this broker"})
+    return sorted(out, key=lambda e: e["name"])
+
+
+def group_config_entries(broker: Broker, group_id: str, keys: list[str] | None) -> list[dict[str, Any]]:
+    values, overrides = broker.dynamic_configs.group_config(group_id)
+    out: list[dict[str, Any]] = []
+    for key in sorted(values):
+        if keys is not None and key not in keys:
+            continue
+        value = values[key]
+        out.append({"name": key, "value": render(value), "read_only": False,
+                    "config_source": GROUP_CONFIG if key in overrides else DEFAULT_CONFIG, "is_sensitive": False,
+                    "synonyms": [], "config_type": TYPE_INT if key.endswith(".ms") else TYPE_STRING,
+                    "documentation": None})
     return out
 
 
@@ -115,7 +151,13 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 res["error_code"] = ErrorCode.invalid_request
                 res["error_message"] = f"unknown broker '{r.resource_name}'"
             else:
-                res["configs"] = broker_config_entries(broker, keys)
+                res["configs"] = broker_config_entries(broker, keys, getattr(req, "include_synonyms", False))
+        elif r.resource_type == GROUP:
+            if not r.resource_name:
+                res["error_code"] = ErrorCode.invalid_request
+                res["error_message"] = "the group id must not be empty"
+            else:
+                res["configs"] = group_config_entries(broker, r.resource_name, keys)
         else:
             res["error_code"] = ErrorCode.invalid_request
             res["error_message"] = f"resource type {r.resource_type} is not supported"
@@ -129,12 +171,21 @@ def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[str, A
         res: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
                                "resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
-            if r.resource_type != TOPIC:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 "broker configs are static here: set them in server.properties or --override")
-            values = {c.name: c.value for c in r.configs}
-            ops = {c.name: c.config_operation for c in r.configs} if incremental else None
-            ctx.broker.alter_topic_configs(r.resource_name, values, ops, req.validate_only)
+            if r.resource_type == TOPIC:
+                values = {c.name: c.value for c in r.configs}
+                ops = {c.name: c.config_operation for c in r.configs} if incremental else None
+                ctx.broker.alter_topic_configs(r.resource_name, values, ops, req.validate_only)
+            elif r.resource_type == BROKER:
+                entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
+                ctx.broker.dynamic_configs.alter_broker(r.resource_name, entries, incremental, req.validate_only)
+            elif r.resource_type == GROUP:
+                entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
+                if not incremental:  # AlterConfigs replaces every override of the resource
+                    _, overrides = ctx.broker.dynamic_configs.group_config(r.resource_name)
+                    entries = [(k, None, 1) for k in overrides] + entries
+                ctx.broker.dynamic_configs.alter_group(r.resource_name, entries, req.validate_only)
+            else:
+                raise KafkaError(ErrorCode.invalid_request, f"resource type {r.resource_type} is not supported")
         except KafkaError as e:
             res["error_code"] = e.code
             res["error_message"] = e.message

@@ -1,0 +1,290 @@
+"""Configs changed at run time through the admin APIs (AlterConfigs, IncrementalAlterConfigs):
+dynamic broker configs and GROUP config resources, kept in ``<log.dirs>/dynamic-configs.json``
+(written atomically; Kafka keeps them in its metadata log) and applied again at start-up.
+
+Broker configs, as Kafka layers them (DynamicBrokerConfig): a per-broker value (resource name =
+this node's id) wins over a cluster-wide default (resource name ""), which wins over
+``server.properties``/``--override``, which wins over the built-in default. Which keys may change:
+
+- Kafka's dynamic keys that Gregor serves take effect at once: the log defaults of every topic
+  without its own override (``log.retention.*``, ``log.segment.bytes``, ``log.cleanup.policy``,
+  ``message.max.bytes``, ...) and ``log.cleaner.backoff.ms``.
+- Kafka's dynamic keys that Gregor accepts in ``server.properties`` without effect on one node
+  (thread pools, cleaner buffers, the SASL listener settings, ...) are accepted and kept the same
+  way: stored, described, no effect.
+- Anything else, including keys Kafka can change but Gregor reads only at start-up (listeners,
+  connection limits), answers INVALID_REQUEST, the error Kafka gives for a non-dynamic key
+  (Kafka wraps its ConfigException in InvalidRequestException, KAFKA-13609); an invalid value
+  too.
+
+Group configs (Kafka 4.0, KIP-848/932): ``consumer.session.timeout.ms`` and friends, per group id,
+valid for any group id (the group need not exist), range-checked against the broker's bounds as
+Kafka does. Gregor's groups are classic ones, which these settings do not govern in Kafka either:
+they are stored and described only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gregor.atomic_file import write_atomically
+from gregor.config import KEYS, BrokerConfig, ConfigError
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from gregor.broker import Broker
+
+log = logging.getLogger(__name__)
+
+FILE = "dynamic-configs.json"
+
+# Kafka's dynamic broker keys that change something on Gregor (topic defaults, the cleaner's pace)
+SERVED = frozenset({
+    "log.cleanup.policy", "log.retention.ms", "log.retention.minutes", "log.retention.hours",
+    "log.retention.bytes", "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.index.size.max.bytes",
+    "log.index.interval.bytes", "message.max.bytes", "log.flush.interval.messages", "log.flush.interval.ms",
+    "log.cleaner.delete.retention.ms", "log.cleaner.min.compaction.lag.ms", "log.cleaner.min.cleanable.ratio",
+    "log.message.timestamp.type", "log.cleaner.backoff.ms",
+})
+# Kafka's dynamic broker keys that mean nothing on one node (accepted in server.properties too)
+_LISTENER_SASL = frozenset({
+    "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config", "sasl.enabled.mechanisms",
+    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules", "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds", "listener.security.protocol.map",
+})
+INERT = _LISTENER_SASL | frozenset({
+    "num.io.threads", "num.network.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
+    "background.threads", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
+    "compression.type", "min.insync.replicas", "unclean.leader.election.enable", "log.preallocate",
+    "metric.reporters", "producer.id.expiration.ms",
+})
+# Kafka: these may only be set per broker, not as the cluster-wide default
+PER_BROKER_ONLY = _LISTENER_SASL
+# LIST-type broker keys and their built-in defaults (APPEND starts from those without a value)
+BROKER_LIST_DEFAULTS = {"log.cleanup.policy": "delete", "sasl.enabled.mechanisms": "GSSAPI", "metric.reporters": ""}
+
+# Kafka 4.0 GroupConfig: key -> (broker key giving its default, default, broker keys bounding it)
+GROUP_KEYS: dict[str, tuple[str, Any, tuple[str, int] | None, tuple[str, int] | None]] = {
+    "consumer.session.timeout.ms": ("group.consumer.session.timeout.ms", 45000,
+                                    ("group.consumer.min.session.timeout.ms", 45000),
+                                    ("group.consumer.max.session.timeout.ms", 60000)),
+    "consumer.heartbeat.interval.ms": ("group.consumer.heartbeat.interval.ms", 5000,
+                                       ("group.consumer.min.heartbeat.interval.ms", 5000),
+                                       ("group.consumer.max.heartbeat.interval.ms", 15000)),
+    "share.session.timeout.ms": ("group.share.session.timeout.ms", 45000,
+                                 ("group.share.min.session.timeout.ms", 45000),
+                                 ("group.share.max.session.timeout.ms", 60000)),
+    "share.heartbeat.interval.ms": ("group.share.heartbeat.interval.ms", 5000,
+                                    ("group.share.min.heartbeat.interval.ms", 5000),
+                                    ("group.share.max.heartbeat.interval.ms", 15000)),
+    "share.record.lock.duration.ms": ("group.share.record.lock.duration.ms", 30000,
+                                      ("group.share.min.record.lock.duration.ms", 15000),
+                                      ("group.share.max.record.lock.duration.ms", 60000)),
+    "share.auto.offset.reset": ("", "latest", None, None),
+}
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+class DynamicConfigs:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.path: Path = broker.data_dir / FILE
+        self.static: dict[str, Any] = dict(broker.config.values)  # server.properties and --override
+        self.per_broker: dict[str, str] = {}
+        self.cluster_default: dict[str, str] = {}
+        self.groups: dict[str, dict[str, str]] = {}
+
+    # -- persistence -------------------------------------------------------------------------
+    def load(self) -> None:
+        try:
+            raw = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"cannot read {self.path}: {e}") from None
+        self.per_broker = {str(k): str(v) for k, v in raw.get("broker", {}).items()}
+        self.cluster_default = {str(k): str(v) for k, v in raw.get("cluster_default", {}).items()}
+        self.groups = {str(g): {str(k): str(v) for k, v in c.items()} for g, c in raw.get("groups", {}).items()}
+        try:
+            self._apply(self._resolve(self.cluster_default, self.per_broker))
+        except KafkaError as e:  # e.g. a key this version no longer changes at run time
+            raise ConfigError(f"{self.path}: {e.message}") from None
+        if self.per_broker or self.cluster_default:
+            log.info("dynamic broker configs from %s: %s", self.path,
+                     {**self.cluster_default, **self.per_broker})
+
+    def _save(self) -> None:
+        data = {"version": 1, "broker": self.per_broker, "cluster_default": self.cluster_default,
+                "groups": {g: c for g, c in self.groups.items() if c}}
+        write_atomically(self.path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+
+    # -- broker configs ----------------------------------------------------------------------
+    def layer(self, resource_name: str) -> dict[str, str]:
+        if resource_name == "":
+            return self.cluster_default
+        if resource_name == str(self.broker.node_id):
+            return self.per_broker
+        raise KafkaError(ErrorCode.invalid_request, f"unknown broker '{resource_name}'")
+
+    def source_of(self, key: str) -> int:
+        """Kafka's ConfigSource of a broker key's current value."""
+        if key in self.per_broker:
+            return 2  # DYNAMIC_BROKER_CONFIG
+        if key in self.cluster_default:
+            return 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
+        if key in self.static or key in self.broker.config.ignored:
+            return 4  # STATIC_BROKER_CONFIG
+        return 5  # DEFAULT_CONFIG
+
+    def alter_broker(self, resource_name: str, entries: list[tuple[str, str | None, int]], incremental: bool,
+                     validate_only: bool) -> None:
+        current = self.layer(resource_name)
+        new = dict(current) if incremental else {}
+        for key, value, op in entries:
+            if key not in SERVED and key not in INERT:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"{key} cannot be changed at run time (set it in server.properties or --override "
+                                 f"and restart)")
+            if resource_name == "" and key in PER_BROKER_ONLY:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 f"{key} can only be set per broker: give the broker id as the resource name")
+            if op == DELETE:
+                new.pop(key, None)
+            elif op == SET:
+                if value is None:
+                    raise KafkaError(ErrorCode.invalid_request, f"null value for {key}")
+                new[key] = value
+            elif op in (APPEND, SUBTRACT):
+                from gregor.broker import apply_list_op
+
+                new[key] = apply_list_op(key, op, value, new.get(key), BROKER_LIST_DEFAULTS)
+            else:
+                raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {op} on {key}")
+        layers = (new, self.per_broker) if resource_name == "" else (self.cluster_default, new)
+        values = self._resolve(*layers)  # validates every value before anything changes
+        if validate_only:
+            return
+        old = dict(current)
+        current.clear()
+        current.update(new)
+        try:
+            self._save()
+        except OSError as e:
+            current.clear()
+            current.update(old)
+            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot save {self.path.name}: {e}") from None
+        self._apply(values)
+        log.info("dynamic broker configs (%s) now %s", resource_name or "cluster default", new)
+
+    def _resolve(self, cluster_default: dict[str, str], per_broker: dict[str, str]) -> dict[str, Any]:
+        """The effective parsed values of the served keys: static values with the dynamic layers on top."""
+        values = dict(self.static)
+        for layer in (cluster_default, per_broker):
+            for key, raw in layer.items():
+                if key in INERT:
+                    continue
+                if key not in SERVED:
+                    raise KafkaError(ErrorCode.invalid_request, f"{key} cannot be changed at run time")
+                try:
+                    values[key] = KEYS[key].parse(raw)
+                except (ValueError, ConfigError) as e:
+                    raise KafkaError(ErrorCode.invalid_request, f"invalid value {raw!r} for {key}: {e}") from None
+        check = BrokerConfig(values=values)
+        if check.retention_ms < -1 or check.roll_ms < 1:
+            raise KafkaError(ErrorCode.invalid_request, "invalid retention or roll time")
+        return values
+
+    def _apply(self, values: dict[str, Any]) -> None:
+        cfg = self.broker.config
+        cfg.values.clear()
+        cfg.values.update(values)
+        logs = self.broker.logs
+        logs.defaults = cfg.topic_defaults()
+        for topic in list(self.broker.topics.by_name.values()):
+            logs.reconfigure(topic)
+
+    def dynamic_value(self, key: str) -> str | None:
+        return self.per_broker.get(key, self.cluster_default.get(key))
+
+    def described_inert(self, keys: list[str] | None) -> list[tuple[str, str, int]]:
+        """Inert keys set dynamically: (key, value, source), for DescribeConfigs."""
+        out = []
+        for key in sorted(set(self.per_broker) | set(self.cluster_default)):
+            if key in INERT and (keys is None or key in keys):
+                value = self.dynamic_value(key)
+                assert value is not None
+                out.append((key, value, self.source_of(key)))
+        return out
+
+    # -- group configs -----------------------------------------------------------------------
+    def group_defaults(self) -> dict[str, Any]:
+        ignored = self.broker.config.ignored
+        out: dict[str, Any] = {}
+        for key, (broker_key, default, _lo, _hi) in GROUP_KEYS.items():
+            out[key] = _as_int(ignored.get(broker_key), default) if isinstance(default, int) else default
+        return out
+
+    def group_config(self, group_id: str) -> tuple[dict[str, Any], dict[str, str]]:
+        """(effective values, overrides) of a group."""
+        overrides = self.groups.get(group_id, {})
+        values = self.group_defaults()
+        values.update(overrides)
+        return values, overrides
+
+    def alter_group(self, group_id: str, entries: list[tuple[str, str | None, int]], validate_only: bool) -> None:
+        if not group_id:
+            raise KafkaError(ErrorCode.invalid_request, "the group id must not be empty")
+        new = dict(self.groups.get(group_id, {}))
+        ignored = self.broker.config.ignored
+        for key, value, op in entries:
+            spec = GROUP_KEYS.get(key)
+            if spec is None:
+                raise KafkaError(ErrorCode.invalid_config, f"unknown group config {key!r}")
+            if op == DELETE:
+                new.pop(key, None)
+                continue
+            if op != SET:
+                raise KafkaError(ErrorCode.invalid_config, f"config {key} is not a list: only SET and DELETE apply")
+            _broker_key, default, lo, hi = spec
+            if isinstance(default, int):
+                try:
+                    n = int(str(value))
+                except ValueError:
+                    raise KafkaError(ErrorCode.invalid_config, f"invalid value {value!r} for {key}") from None
+                low = _as_int(ignored.get(lo[0]), lo[1]) if lo else None
+                high = _as_int(ignored.get(hi[0]), hi[1]) if hi else None
+                if (low is not None and n < low) or (high is not None and n > high):
+                    raise KafkaError(ErrorCode.invalid_config,
+                                     f"{key} must be between {low} and {high} (the broker's bounds), got {n}")
+                new[key] = str(n)
+            else:
+                if value not in ("latest", "earliest"):
+                    raise KafkaError(ErrorCode.invalid_config, f"{key} must be latest or earliest")
+                new[key] = value
+        if validate_only:
+            return
+        old = self.groups.get(group_id)
+        self.groups[group_id] = new
+        try:
+            self._save()
+        except OSError as e:
+            if old is None:
+                del self.groups[group_id]
+            else:
+                self.groups[group_id] = old
+            raise KafkaError(ErrorCode.kafka_storage_error, f"cannot save {self.path.name}: {e}") from None
+
+
+def _as_int(raw: str | None, default: int) -> int:
+    try:
+        return int(raw) if raw is not None else default
+    except ValueError:
+        return default
