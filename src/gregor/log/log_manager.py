@@ -327,10 +327,17 @@ class LogManager:
                 saved += await clean_partition(plog)
         return saved
 
-    def enforce_retention(self) -> int:
+    def enforce_retention(self, load_per_check: int = 100) -> int:
+        """Retention on every loaded partition, and on up to ``load_per_check`` partitions not
+        loaded since a clean start (loading them, a few at a time, so that a check never stalls
+        the broker): an idle partition's old data still expires, a few checks later."""
         deleted = 0
+        budget = load_per_check
         for plog in list(self.logs.values()):
             try:
+                if not plog.loaded and budget > 0 and "delete" in str(plog.config["cleanup.policy"]):
+                    budget -= 1
+                    plog.ensure_loaded()
                 deleted += plog.delete_old_segments()
             except StorageError as e:
                 log.error("%s-%d: retention failed: %s", plog.topic, plog.partition, e)
