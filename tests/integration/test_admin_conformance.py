@@ -364,3 +364,33 @@ def test_group_config_resources(broker):
     assert config_of(a, ResourceType.GROUP, "billing")["consumer.session.timeout.ms"].value == "50000"
     incremental(a, ResourceType.GROUP, "billing", ("consumer.session.timeout.ms", None, AlterConfigOpType.DELETE))
     assert config_of(a, ResourceType.GROUP, "billing")["consumer.session.timeout.ms"].value == "45000"
+
+
+# -- DescribeTopicPartitions -----------------------------------------------------------------------
+def test_describe_topic_partitions_pages_with_a_cursor(broker):
+    from kafka import KafkaAdminClient
+
+    a = admin(broker)
+    create(a, "dtp-a", 3)
+    create(a, "dtp-b", 2)
+    ka = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        res = ka.describe_topic_partitions(["dtp-b", "dtp-a", "dtp-none"])
+        assert [t["name"] for t in res["topics"]] == ["dtp-a", "dtp-b", "dtp-none"]
+        assert [len(t["partitions"]) for t in res["topics"]] == [3, 2, 0]
+        assert res["topics"][2]["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        assert res["topics"][0]["topic_authorized_operations"] == sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+        assert res["next_cursor"] is None
+        # two partitions at a time: a-0 a-1 | a-2 b-0 | b-1
+        seen, cursor, pages = [], None, 0
+        while True:
+            page = ka.describe_topic_partitions(["dtp-a", "dtp-b"], response_partition_limit=2, cursor=cursor)
+            pages += 1
+            seen += [(t["name"], p["partition_index"]) for t in page["topics"] for p in t["partitions"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == [("dtp-a", 0), ("dtp-a", 1), ("dtp-a", 2), ("dtp-b", 0), ("dtp-b", 1)]
+        assert pages == 3
+    finally:
+        ka.close()

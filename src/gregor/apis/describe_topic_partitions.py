@@ -1,0 +1,63 @@
+"""DescribeTopicPartitions (75, KIP-966): topics and their partitions, paged by a cursor, as
+kafka-python's ``describe_topic_partitions`` and Kafka's own admin client (3.7+) ask for them.
+
+Topics are answered in name order (all topics when the request names none); at most
+``response_partition_limit`` partitions per answer (and never more than 2,000, Kafka's default
+``max.request.partition.size.limit``); when more remain, ``next_cursor`` names the topic and
+partition to ask from next. A topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION.
+Authorized operations are always filled in (every topic operation: there is no authorizer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.apis.metadata import NO_ID, TOPIC_OPERATIONS
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+from gregor.server.dispatcher import RequestContext, handles
+
+MAX_PARTITIONS_PER_RESPONSE = 2000
+
+
+@handles(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
+async def describe_topic_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    node = broker.node_id
+    names = sorted({t.name for t in req.topics}) if req.topics else sorted(broker.topics.by_name)
+    limit = max(1, min(req.response_partition_limit, MAX_PARTITIONS_PER_RESPONSE))
+    cursor = req.cursor
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    out: list[dict[str, Any]] = []
+    next_cursor: dict[str, Any] | None = None
+    for i, name in enumerate(names):
+        topic = broker.topics.get(name)
+        if topic is None:
+            out.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": NO_ID,
+                         "is_internal": False, "partitions": [], "topic_authorized_operations": TOPIC_OPERATIONS})
+            continue
+        if limit == 0:
+            next_cursor = {"topic_name": name, "partition_index": 0}
+            break
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        first = max(first, 0)
+        last = min(topic.partitions, first + limit)
+        out.append({
+            "error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id.bytes,
+            "is_internal": topic.internal, "topic_authorized_operations": TOPIC_OPERATIONS,
+            "partitions": [
+                {"error_code": ErrorCode.none, "partition_index": p, "leader_id": node, "leader_epoch": 0,
+                 "replica_nodes": [node], "isr_nodes": [node], "eligible_leader_replicas": [],
+                 "last_known_elr": [], "offline_replicas": []}
+                for p in range(first, last)
+            ],
+        })
+        limit -= last - first
+        if last < topic.partitions:
+            next_cursor = {"topic_name": name, "partition_index": last}
+            break
+        if limit == 0 and any(broker.topics.get(n) is not None for n in names[i + 1 :]):
+            next_cursor = {"topic_name": names[i + 1], "partition_index": 0}
+            break
+    return {"throttle_time": 0, "topics": out, "next_cursor": next_cursor}
