@@ -127,8 +127,8 @@ class LogManager:
         if lazy:
             log.info("%d partitions will be loaded on first use", lazy)
         for child in self.data_dir.iterdir():
-            orphan = (child.is_dir() and child.name not in known and not child.name.startswith(".")
-                      and child not in keep)
+            orphan = (child.name not in known and not child.name.startswith(".") and child not in keep
+                      and child.is_dir())  # names first: no stat(2) per known partition
             if orphan and (child.name.endswith(DELETE_SUFFIX) or _looks_like_partition(child.name)):
                 log.warning("removing %s: not a partition of any known topic", child)
                 shutil.rmtree(child, ignore_errors=True)
@@ -139,7 +139,7 @@ class LogManager:
         registry. Returns the directories to keep because the registry could not be saved."""
         pending = []
         for child in self.data_dir.iterdir():
-            if not (child.is_dir() and child.name.endswith(DELETE_SUFFIX)):
+            if not (child.name.endswith(DELETE_SUFFIX) and child.is_dir()):
                 continue
             tp_name, _, id_hex = child.name[: -len(DELETE_SUFFIX)].rpartition(".")
             topic = self.registry.get(tp_name.rpartition("-")[0])
