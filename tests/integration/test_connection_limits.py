@@ -11,6 +11,7 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from gregor.protocol import codec
 from gregor.protocol.records import build_batch
 
 from .wire import Wire
@@ -225,3 +226,30 @@ def test_large_fetches_to_a_client_that_never_reads_stay_bounded(broker_factory)
     assert all(wait_for(lambda s=s: closed(s)) for s in readers)
     w = Wire(b.bootstrap)
     assert api_versions_ok(w)
+
+
+def test_response_being_sent_survives_topic_deletion(broker_factory):
+    """A large fetched range is read from the segment while the socket drains; deleting the
+    topic in the meantime must not change or cut what the client receives."""
+    from confluent_kafka.admin import AdminClient
+
+    from gregor.protocol.record_batch import validate_batches
+
+    b = broker_factory()
+    fill_topic(b.bootstrap, "gone", 16)
+    s = raw(b.bootstrap, rcvbuf=64 * 1024)
+    w = Wire.__new__(Wire)
+    w.sock, w.corr = s, 0
+    s.sendall(w.request_bytes(1, 11, fetch_body("gone", 2**31 - 1, 2**31 - 1)))
+    time.sleep(0.5)  # the broker has sent what the socket took and waits for it to drain
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.delete_topics(["gone"])["gone"].result(10)
+    assert not (b.data_dir / "gone-0").exists()
+    s.settimeout(30)
+    frame = w.recv_frame()
+
+    records = codec.decode_response(1, 11, frame[4:]).responses[0].partitions[0].records
+    assert len(records) > 15 * MiB
+    headers = validate_batches(records, 2**31 - 1)  # whole batches, every CRC intact
+    assert headers[0].base_offset == 0
+    assert sum(h.records_count for h in headers) == headers[-1].last_offset + 1
