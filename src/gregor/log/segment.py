@@ -56,6 +56,7 @@ class Segment:
         self.deleted = False
         self.unflushed = False  # written since the last fsync
         self._reported: set[int] = set()  # corrupt positions already logged
+        self._data_corrupt = False  # a header walk from the start met a corrupt batch
 
     def _create(self) -> None:
         try:
@@ -162,7 +163,7 @@ class Segment:
             return os.pread(fd, size, position)
 
     def iter_headers(self, start_position: int = 0, end_position: int | None = None,
-                     strict: bool = False) -> Iterator[BatchHeader]:
+                     strict: bool = False, report: bool = True) -> Iterator[BatchHeader]:
         """Batch headers from ``start_position`` to ``end_position`` (a batch crossing it is not
         yielded; default: the segment's end).
 
@@ -180,7 +181,7 @@ class Segment:
                 raw = os.pread(fd, rb.HEADER_SIZE, pos)
                 problem = self._header_problem(raw, pos, size)
                 if problem is not None:
-                    self._corrupt(pos, problem, strict)
+                    self._corrupt(pos, problem, strict, report)
                     return
                 h = _read_header_any_magic(raw)
                 if pos + h.size > end:
@@ -199,20 +200,58 @@ class Segment:
             return f"batch length {length} runs past the segment's end ({size} bytes)"
         return None
 
-    def _corrupt(self, pos: int, problem: str, strict: bool) -> None:
-        if pos not in self._reported:
+    def _corrupt(self, pos: int, problem: str, strict: bool, report: bool = True) -> None:
+        if report and pos not in self._reported:
             self._reported.add(pos)
             log.error("%s: corrupt record batch at position %d: %s", self.path, pos, problem)
         if strict:
             raise CorruptBatch(self.path, pos, problem)
 
     def find_position(self, offset: int) -> tuple[int, BatchHeader | None]:
-        """File position of the batch holding ``offset`` (or the first batch after it)."""
+        """File position of the batch holding ``offset`` (or the first batch after it).
+        CorruptBatch if a batch header on the way cannot be walked."""
         _, pos = self.index.lookup(offset)
-        for h in self.iter_headers(pos, strict=True):
+        try:
+            return self._find_from(pos, offset, report=pos == 0)
+        except CorruptBatch:
+            if pos == 0 or self._data_corrupt or not self._reindex():
+                raise
+        _, pos = self.index.lookup(offset)
+        return self._find_from(pos, offset)
+
+    def _find_from(self, pos: int, offset: int, report: bool = True) -> tuple[int, BatchHeader | None]:
+        for h in self.iter_headers(pos, strict=True, report=report):
             if h.last_offset >= offset:
                 return h.position, h
         return self.size, None
+
+    def _walks_cleanly(self) -> list[BatchHeader] | None:
+        try:
+            return list(self.iter_headers(0, strict=True))
+        except CorruptBatch:
+            return None
+
+    def _reindex(self) -> bool:
+        """An index entry led into the middle of a batch. If the batch headers walk cleanly from
+        the segment's start, the index (not the data) was wrong: rebuild it from them."""
+        headers = self._walks_cleanly()
+        if headers is None:
+            self._data_corrupt = True  # the data is corrupt: no further whole-segment walks
+            return False
+        log.warning("%s: its index pointed into a batch; rebuilt from the batch headers", self.path)
+        next_offset = self.next_offset
+        self.index = OffsetIndex(self.index.path, self.base_offset)
+        self.time_index = TimeIndex(self.time_index.path, self.base_offset)
+        self._since_index = 0
+        self.max_timestamp = -1
+        self._track(headers, 0)
+        self.next_offset = max(self.next_offset, next_offset)
+        try:
+            self.index.write(full=True)
+            self.time_index.write(full=True)
+        except OSError as e:
+            log.warning("%s: writing its rebuilt index failed (%s)", self.path, describe(e))
+        return True
 
     def last_batch_end(self, start: int, limit: int, first: BatchHeader) -> tuple[int, int]:
         """(end position, next offset) of the last whole batch that starts at or after ``start``
@@ -311,8 +350,8 @@ class Segment:
             for h in self.iter_headers(pos, strict=True):
                 last = h
         except CorruptBatch:
-            if end_offset is None:
-                return False
+            if end_offset is None or self._walks_cleanly() is not None:
+                return False  # or the index, not the data, is wrong: rebuild it
             self.next_offset = end_offset
             self.max_timestamp = self.time_index.timestamps[-1] if len(self.time_index) else -1
             self._since_index = self.index_interval  # the next append gets an index entry
