@@ -148,6 +148,7 @@ def test_full_disk_loses_nothing_acknowledged(disk_broker, small_disk):
             assert res.error_code == ErrorCode.kafka_storage_error, res
     assert "t" in metadata_topics(w)  # the connection is still open and other requests are served
     w.close()
+    assert consume(b.bootstrap, "t", 0, 50) == list(enumerate(before))  # reads need no space
 
     filler.unlink()
     after = [value("post", i) for i in range(200)]
