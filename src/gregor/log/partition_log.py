@@ -54,6 +54,7 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     next_offset: int = -1  # one past the last record returned (-1: nothing returned)
+    region: FileRegion | None = None  # set instead of records for reads of region_above bytes or more
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -62,7 +63,6 @@ def partition_dir_name(topic: str, partition: int) -> str:
 
 class PartitionLog:
     def __init__(self, directory: Path, topic: str, partition: int, config: dict[str, Any],
-    region: FileRegion | None = None  # set instead of records for reads of region_above bytes or more
                  clock: Callable[[], int] = now_ms) -> None:
         self.dir = directory
         self.topic = topic
