@@ -97,6 +97,30 @@ def test_list_offsets_max_timestamp_is_the_record_not_the_batch(broker, codec):
     assert (res.offset, res.timestamp) == (4, now + 500)
 
 
+def test_list_offsets_max_timestamp_across_segments_and_restart(broker):
+    """The segment holding the largest timestamp is found from the segments' time indexes, also
+    after a restart (indexes read back from disk) and after DeleteRecords moved the start."""
+    a = admin(broker)
+    create(a, "maxts-segs", **{"segment.bytes": "1000"})
+    now = int(time.time() * 1000)
+    stamps = [now + i for i in range(30)]
+    stamps[17] = now + 1000  # the largest, in a middle segment, twice
+    stamps[22] = now + 1000
+    for i, ts in enumerate(stamps):  # one record per batch: 30 batches over several segments
+        produce(broker, "maxts-segs", [(b"k", b"v" * 200, ts)], **{"linger.ms": 0})
+    assert len(list((broker.data_dir / "maxts-segs-0").glob("*.log"))) > 3
+    tp = TopicPartition("maxts-segs", 0)
+    res = one(a.list_offsets({tp: OffsetSpec.max_timestamp()}))
+    assert (res.offset, res.timestamp) == (17, now + 1000)
+    broker.restart()
+    a = admin(broker)
+    res = one(a.list_offsets({tp: OffsetSpec.max_timestamp()}))
+    assert (res.offset, res.timestamp) == (17, now + 1000)
+    one(a.delete_records([TopicPartition("maxts-segs", 0, 18)]))
+    res = one(a.list_offsets({tp: OffsetSpec.max_timestamp()}))
+    assert (res.offset, res.timestamp) == (22, now + 1000)
+
+
 def test_list_offsets_max_timestamp_empty_partition(broker):
     a = admin(broker)
     create(a, "maxts-empty")

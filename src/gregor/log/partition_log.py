@@ -426,14 +426,11 @@ class PartitionLog:
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record carrying the largest timestamp (ListOffsets -3).
-        Batch headers find the batch; only that one batch is decoded to find the record in it
-        (KAFKA-16310: the record's own offset, not the batch's last)."""
+        The segments' max timestamps pick the segment and its time index's last entry the batch
+        (no scan); only that one batch is decoded to find the record in it (KAFKA-16310: the
+        record's own offset, not the batch's last)."""
         self.ensure_loaded()
-        best: tuple[Segment, rb.BatchHeader] | None = None
-        for seg in self.segments:
-            for h in seg.iter_headers():
-                if h.last_offset >= self.log_start_offset and (best is None or h.max_timestamp > best[1].max_timestamp):
-                    best = (seg, h)
+        best = self._max_timestamp_batch_indexed() or self._max_timestamp_batch_scanned()
         if best is None:
             return None
         seg, h = best
@@ -449,6 +446,27 @@ class PartitionLog:
             return h.last_offset, h.max_timestamp
         top = max(r.timestamp for r in recs)
         return next(r.offset for r in recs if r.timestamp == top), top
+
+    def _max_timestamp_batch_indexed(self) -> tuple[Segment, rb.BatchHeader] | None:
+        live = [s for s in self.segments if s.max_timestamp >= 0 and s.next_offset > self.log_start_offset]
+        if not live:
+            return None
+        top = max(s.max_timestamp for s in live)
+        seg = next(s for s in live if s.max_timestamp == top)  # the first segment reaching it
+        if not len(seg.time_index) or seg.time_index.timestamps[-1] != top:
+            return None
+        _, h = seg.find_position(seg.time_index.base_offset + seg.time_index.rel_offsets[-1])
+        if h is None or h.max_timestamp != top or h.last_offset < self.log_start_offset:
+            return None
+        return seg, h
+
+    def _max_timestamp_batch_scanned(self) -> tuple[Segment, rb.BatchHeader] | None:
+        best: tuple[Segment, rb.BatchHeader] | None = None
+        for seg in self.segments:
+            for h in seg.iter_headers():
+                if h.last_offset >= self.log_start_offset and (best is None or h.max_timestamp > best[1].max_timestamp):
+                    best = (seg, h)
+        return best
 
     # -- retention ---------------------------------------------------------------------------
     def delete_old_segments(self, now: int | None = None) -> int:
