@@ -55,7 +55,9 @@ producer and consumer round-trip records (each produced record must come back, i
 a probe connection asks for ApiVersions and Metadata every second. Failures: the broker exits; the
 round trip fails or makes no progress for 30 s; the probe gets no answer for 30 s; a traceback or
 "unexpected error" in the broker's log. Printed: frames sent, distinct failures, the broker's peak RSS
-(VmHWM), frames/s.
+(VmHWM), frames/s. At the end (after the peak RSS of the fuzzing is taken; --no-bomb skips it) one
+~13 KB Produce to a compacted topic carries a zstd batch that inflates to 400 MB: a failure when
+the broker's peak RSS grows by more than 128 MiB.
 
 Exit code 1 when any failure was found. Everything runs on 127.0.0.1, bounded by --inputs,
 --live-frames and --seconds.
@@ -182,7 +184,7 @@ def _checker(tp: Any) -> Checker:
     if dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
         fields = [(f.name, _checker(hints[f.name])) for f in dataclasses.fields(tp)]
-        cls = tp
+        cls: Any = tp
 
         def check_entity(v: Any, path: str, feats: set[Any]) -> None:
             if v is None:
@@ -1105,6 +1107,9 @@ class LiveStats:
     rt_produced: int = 0
     rt_consumed: int = 0
     peak_hwm_kib: int = 0
+    elapsed: float = 0.0
+    log_path: str = ""
+    bomb: tuple[int, int, int] | None = None  # frame bytes, VmHWM KiB before, after
     failures: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -1211,11 +1216,11 @@ class LiveFuzzer:
             try:
                 if writer is None:
                     reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", self.port), 30)
-                assert reader is not None
+                assert reader is not None and writer is not None
                 corr += 2
                 writer.write(api_versions_frame(corr) + metadata_frame(corr + 1, topic))
                 await writer.drain()
-                got = set()
+                got: set[int] = set()
                 while len(got) < 2:
                     frame = await asyncio.wait_for(_read_frame(reader), 30 - (time.monotonic() - t0))
                     got.add(struct.unpack_from(">i", frame, 0)[0])
@@ -1328,6 +1333,45 @@ class RoundTrip:
             t.join(120)
 
 
+BOMB_BYTES = 400 << 20
+BOMB_LIMIT_KIB = 128 << 10
+
+
+def decompression_bomb(broker: LiveBroker, stats: LiveStats, crashes_dir: Path) -> None:
+    """One Produce to a compacted topic (the broker decompresses it to check the keys) whose zstd
+    batch of ~13 KB holds a 400 MB value. Kafka reads such records as a stream; holding them whole
+    costs the broker memory a client chose. Failure: the broker's peak RSS grows by more than
+    128 MiB."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = "fuzz-bomb"
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[topic].result(30)
+    batch = records.build_batch([records.Record(0, 0, b"k", bytes(BOMB_BYTES))], codec=compression.ZSTD)
+    body = codec.encode_body(codec.build(codec.request_schema(0, 7), {
+        "acks": -1, "timeout": 30000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}))
+    payload = request_header(0, 7, 77, "fuzz-bomb") + body
+    frame = struct.pack(">i", len(payload)) + payload
+    before, _ = broker.memory()
+    try:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=60) as s:
+            s.sendall(frame)
+            s.recv(4)
+    except OSError:
+        pass
+    after, _ = broker.memory()
+    stats.bomb = (len(frame), before, after)
+    if after - before > BOMB_LIMIT_KIB:
+        crashes_dir.mkdir(parents=True, exist_ok=True)
+        path = crashes_dir / "live-decompression-bomb-produce.bin"
+        path.write_bytes(frame)
+        stats.failures["memory: a decompression bomb"] = (
+            f"a {len(frame):,}-byte Produce v7 to a compacted topic (zstd batch, one {BOMB_BYTES >> 20} MiB value) "
+            f"raised the broker's peak RSS from {before >> 10} to {after >> 10} MiB (the frame: {path}; the "
+            f"topic needs cleanup.policy=compact)")
+
+
 def create_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -1336,7 +1380,7 @@ def create_topic(bootstrap: str, topic: str) -> None:
 
 
 def run_live(frames: int, seed: int, seconds: float, connections: int, crashes_dir: Path,
-             workdir: Path | None = None) -> LiveStats:
+             workdir: Path | None = None, bomb: bool = True) -> LiveStats:
     stats = LiveStats()
     tmp = Path(workdir or tempfile.mkdtemp(prefix="gregor-fuzz-live-"))
     port = free_port()
@@ -1420,6 +1464,8 @@ def run_live(frames: int, seed: int, seconds: float, connections: int, crashes_d
         watcher.join(5)
         hwm, _ = broker.memory()
         stats.peak_hwm_kib = max(stats.peak_hwm_kib, hwm)
+        if bomb and broker.alive():
+            decompression_bomb(broker, stats, crashes_dir)
         alive = broker.alive()
         rc = broker.stop()
         if not alive:
@@ -1429,8 +1475,8 @@ def run_live(frames: int, seed: int, seconds: float, connections: int, crashes_d
         check_log(final=True)
         for name, n in log_counts.items():
             stats.failures[name] = f"seen {n}x\n" + stats.failures[name]
-        stats.elapsed = elapsed  # type: ignore[attr-defined]
-        stats.log_path = str(broker.log_path)  # type: ignore[attr-defined]
+        stats.elapsed = elapsed
+        stats.log_path = str(broker.log_path)
     return stats
 
 
@@ -1627,6 +1673,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connections", type=int, default=32, help="concurrent fuzzing connections (live)")
     ap.add_argument("--crashes", type=Path, default=Path("/tmp/gregor-fuzz-crashes"))
     ap.add_argument("--max-restarts", type=int, default=2000, help="stop after this many worker crashes")
+    ap.add_argument("--no-bomb", action="store_true",
+                    help="live: skip the decompression-bomb Produce to a compacted topic at the end")
     ap.add_argument("--reproduce", type=Path, help="run one saved input and show what happens")
     ap.add_argument("--capture-seeds", action="store_true", help="re-record bench/fuzz-seeds/ and exit")
     args = ap.parse_args(argv)
@@ -1665,9 +1713,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  - {f.key[0]} at {f.key[1]}: {f.count}x ({', '.join(sorted(f.inputs)[:6])})\n    -> {path}")
     if args.mode in ("both", "live"):
         print(f"\nlive: {args.live_frames:,} frames over {args.connections} connections, seed {args.seed}", flush=True)
-        st = run_live(args.live_frames, args.seed, args.seconds, args.connections, args.crashes)
+        st = run_live(args.live_frames, args.seed, args.seconds, args.connections, args.crashes,
+                      bomb=not args.no_bomb)
         failures_total += len(st.failures)
-        elapsed = getattr(st, "elapsed", 0.0)
+        elapsed = st.elapsed
         print("\nLive broker fuzzing")
         print(_table([
             ("frames sent", f"{st.frames:,}"),
@@ -1677,8 +1726,10 @@ def main(argv: list[str] | None = None) -> int:
             ("probe connection slowest answer", f"{st.probe_max_s:.2f} s"),
             ("round trip (consumed / produced)", f"{st.rt_consumed:,} / {st.rt_produced:,}"),
             ("broker peak RSS (VmHWM)", f"{st.peak_hwm_kib / 1024:.0f} MiB"),
+            ("decompression bomb (frame, RSS peak before -> after)",
+             f"{st.bomb[0]:,} bytes, {st.bomb[1] >> 10} -> {st.bomb[2] >> 10} MiB" if st.bomb else "not run"),
             ("distinct failures", str(len(st.failures))),
-            ("broker log", getattr(st, "log_path", "?")),
+            ("broker log", st.log_path),
         ]))
         args.crashes.mkdir(parents=True, exist_ok=True)
         for i, (k, v) in enumerate(st.failures.items()):
