@@ -418,3 +418,51 @@ def test_describe_topic_partitions_pages_with_a_cursor(broker):
         assert pages == 3
     finally:
         ka.close()
+
+
+# -- SCRAM credentials -----------------------------------------------------------------------------
+def test_user_scram_credentials(broker):
+    import stat
+
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    a = admin(broker)
+    with pytest.raises(KafkaException) as e:
+        one(a.describe_user_scram_credentials(["alice"]))
+    assert kafka_error_code(e) == KafkaError.RESOURCE_NOT_FOUND
+    up = UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 10000),
+                                      b"password", b"salt")
+    assert one(a.alter_user_scram_credentials([up])) is None
+    desc = one(a.describe_user_scram_credentials(["alice"]))
+    assert [(c.mechanism, c.iterations) for c in desc.scram_credential_infos] == [(ScramMechanism.SCRAM_SHA_256,
+                                                                                   10000)]
+    # the file holds Kafka's derived keys, not the password, readable by the owner only
+    path = broker.data_dir / "scram-credentials.json"
+    assert b"password" not in path.read_bytes()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+    few = UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 100), b"pw")
+    with pytest.raises(KafkaException) as e:
+        one(a.alter_user_scram_credentials([few]))
+    assert kafka_error_code(e) == KafkaError.UNACCEPTABLE_CREDENTIAL
+    twice = a.alter_user_scram_credentials([up, UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)])
+    with pytest.raises(KafkaException) as e:
+        twice["alice"].result(10)
+    assert kafka_error_code(e) == KafkaError.DUPLICATE_RESOURCE
+
+    broker.restart()
+    a = admin(broker)
+    assert one(a.describe_user_scram_credentials(["alice"])).scram_credential_infos[0].iterations == 10000
+    assert one(a.alter_user_scram_credentials([UserScramCredentialDeletion(
+        "alice", ScramMechanism.SCRAM_SHA_256)])) is None
+    with pytest.raises(KafkaException) as e:
+        one(a.describe_user_scram_credentials(["alice"]))
+    assert kafka_error_code(e) == KafkaError.RESOURCE_NOT_FOUND
+    with pytest.raises(KafkaException) as e:
+        one(a.alter_user_scram_credentials([UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)]))
+    assert kafka_error_code(e) == KafkaError.RESOURCE_NOT_FOUND

@@ -1,0 +1,184 @@
+"""DescribeUserScramCredentials (50) and AlterUserScramCredentials (51), KIP-554, with Kafka's
+validation and errors: kafka-configs.sh --alter --entity-type users and the admin clients'
+describe/alter_user_scram_credentials.
+
+Gregor serves no SASL: its listeners are PLAINTEXT, so these credentials authenticate nothing.
+They are kept so that tooling which manages them works against Gregor as against Kafka, in the
+same form Kafka keeps them (salt, StoredKey, ServerKey, iterations; never the salted password),
+in ``<log.dirs>/scram-credentials.json`` (mode 0600, written atomically).
+
+Alter, as Kafka's controller does: a user may appear once per request (a second deletion or
+upsertion of the same user is DUPLICATE_RESOURCE); an empty user name or too few (< 4096) or too
+many (> 16384) iterations is UNACCEPTABLE_CREDENTIAL; an unknown mechanism
+UNSUPPORTED_SASL_MECHANISM; deleting a credential that does not exist RESOURCE_NOT_FOUND.
+Describe: no users (null or empty) lists every user with a credential; an unknown user is
+RESOURCE_NOT_FOUND, a user named twice DUPLICATE_RESOURCE (answered once).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import os
+import weakref
+from pathlib import Path
+from typing import Any
+
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+from gregor.server.dispatcher import RequestContext, handles
+
+log = logging.getLogger(__name__)
+
+FILE = "scram-credentials.json"
+MECHANISMS = {1: ("SCRAM-SHA-256", hashlib.sha256), 2: ("SCRAM-SHA-512", hashlib.sha512)}
+MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
+
+
+class ScramStore:
+    """user -> mechanism -> {salt, stored_key, server_key (base64), iterations}."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / FILE
+        self.users: dict[str, dict[int, dict[str, Any]]] = {}
+        try:
+            raw = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return
+        self.users = {u: {int(m): c for m, c in mechs.items()} for u, mechs in raw.items()}
+
+    def save(self, users: dict[str, dict[int, dict[str, Any]]]) -> None:
+        data = json.dumps({u: {str(m): c for m, c in mechs.items()} for u, mechs in users.items() if mechs},
+                          indent=1, sort_keys=True).encode()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self.users = users
+
+
+_STORES: weakref.WeakKeyDictionary[Any, ScramStore] = weakref.WeakKeyDictionary()
+
+
+def _store(ctx: RequestContext) -> ScramStore:
+    """The broker's credentials, read from disk on first use."""
+    store = _STORES.get(ctx.broker)
+    if store is None:
+        store = _STORES[ctx.broker] = ScramStore(ctx.broker.data_dir)
+    return store
+
+
+@handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
+async def describe_user_scram_credentials(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    store = _store(ctx)
+    if not req.users:
+        names = sorted(u for u, mechs in store.users.items() if mechs)
+        counts = {u: 1 for u in names}
+    else:
+        names, counts = [], {}
+        for u in req.users:
+            if u.name not in counts:
+                names.append(u.name)
+            counts[u.name] = counts.get(u.name, 0) + 1
+    results = []
+    for name in names:
+        mechs = store.users.get(name)
+        if counts[name] > 1:
+            results.append({"user": name, "error_code": ErrorCode.duplicate_resource, "credential_infos": [],
+                            "error_message": f"Cannot describe SCRAM credentials for the same user twice in a "
+                                             f"single request: {name}"})
+        elif not mechs:
+            results.append({"user": name, "error_code": ErrorCode.resource_not_found, "credential_infos": [],
+                            "error_message": f"Attempt to describe a user credential that does not exist: {name}"})
+        else:
+            results.append({"user": name, "error_code": ErrorCode.none, "error_message": None,
+                            "credential_infos": [{"mechanism": m, "iterations": c["iterations"]}
+                                                 for m, c in sorted(mechs.items())]})
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "results": results}
+
+
+def _check(name: str, mechanism: int) -> tuple[ErrorCode, str] | None:
+    if not name:
+        return ErrorCode.unacceptable_credential, "Username must not be empty"
+    if mechanism not in MECHANISMS:
+        return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
+    return None
+
+
+@handles(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
+async def alter_user_scram_credentials(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    store = _store(ctx)
+    errors: dict[str, tuple[ErrorCode, str]] = {}
+    deletions: dict[str, int] = {}
+    upsertions: dict[str, Any] = {}
+    duplicate = (ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request")
+    for d in req.deletions:
+        if d.name in errors:
+            continue
+        if deletions.pop(d.name, None) is not None:
+            errors[d.name] = duplicate
+            continue
+        err = _check(d.name, d.mechanism)
+        if err is None and d.mechanism not in store.users.get(d.name, {}):
+            err = ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist"
+        if err is None:
+            deletions[d.name] = d.mechanism
+        else:
+            errors[d.name] = err
+    for u in req.upsertions:
+        if u.name in errors:
+            continue
+        if deletions.pop(u.name, None) is not None or upsertions.pop(u.name, None) is not None:
+            errors[u.name] = duplicate
+            continue
+        err = _check(u.name, u.mechanism)
+        if err is None and u.iterations < MIN_ITERATIONS:
+            err = ErrorCode.unacceptable_credential, "Too few iterations"
+        elif err is None and u.iterations > MAX_ITERATIONS:
+            err = ErrorCode.unacceptable_credential, "Too many iterations"
+        if err is None:
+            upsertions[u.name] = u
+        else:
+            errors[u.name] = err
+    results = []
+    if deletions or upsertions:
+        users = {name: dict(mechs) for name, mechs in store.users.items()}
+        for name, mechanism in deletions.items():
+            users[name].pop(mechanism, None)
+        for name, u in upsertions.items():
+            digest = MECHANISMS[u.mechanism][1]
+            salted = bytes(u.salted_password)
+            client_key = hmac.new(salted, b"Client Key", digest).digest()
+            users.setdefault(name, {})[u.mechanism] = {
+                "salt": base64.b64encode(bytes(u.salt)).decode(),
+                "stored_key": base64.b64encode(digest(client_key).digest()).decode(),
+                "server_key": base64.b64encode(hmac.new(salted, b"Server Key", digest).digest()).decode(),
+                "iterations": u.iterations,
+            }
+        try:
+            store.save(users)
+        except OSError as e:
+            log.error("cannot save %s: %s", store.path, e)
+            for name in (*deletions, *upsertions):
+                errors[name] = ErrorCode.kafka_storage_error, f"cannot save the credentials: {e.strerror}"
+            deletions, upsertions = {}, {}
+        if upsertions:
+            log.warning("SCRAM credentials stored for %s; this broker serves no SASL, so they authenticate "
+                        "nothing", sorted(upsertions))
+    for name in (*deletions, *upsertions):
+        results.append({"user": name, "error_code": ErrorCode.none, "error_message": None})
+    for name, (code, message) in errors.items():
+        results.append({"user": name, "error_code": code, "error_message": message})
+    return {"throttle_time": 0, "results": results}
