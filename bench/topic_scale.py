@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -130,19 +131,8 @@ def main() -> None:
     print(f"data in {data}; broker code from {os.environ.get('PYTHONPATH') or 'the installed package'}")
     print(f"start (empty):                 {broker.start():7.2f} s, {broker.fds()} fds")
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
-    prober = Prober(broker.port)
-    prober.start()
-    time.sleep(0.3)
-    before = len(prober.latencies)
-    t = time.perf_counter()
-    fut = admin.create_topics([NewTopic("scale", args.partitions, 1)], request_timeout=600,
-                              operation_timeout=600)["scale"]
-    fut.result()
-    created = time.perf_counter() - t
-    time.sleep(0.2)
-    prober.stop_flag.set()
-    prober.join()
-    during = prober.latencies[before:]
+    created, during = probed(broker.port, lambda: admin.create_topics(
+        [NewTopic("scale", args.partitions, 1)], request_timeout=600, operation_timeout=600)["scale"].result())
     print(f"create {args.partitions} partitions:   {created:7.2f} s")
     print(f"Metadata latency meanwhile:    max {max(during) * 1000:8.1f} ms, median "
           f"{statistics.median(during) * 1000:6.1f} ms ({len(during)} requests)")
@@ -151,7 +141,26 @@ def main() -> None:
     print(f"restart after clean stop:      {broker.start():7.2f} s, {broker.fds()} fds")
     broker.kill()
     print(f"restart after SIGKILL:         {broker.start():7.2f} s, {broker.fds()} fds")
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+    deleted, during = probed(broker.port, lambda: admin.delete_topics(
+        ["scale"], request_timeout=600, operation_timeout=600)["scale"].result())
+    print(f"delete the topic:              {deleted:7.2f} s; Metadata meanwhile max {max(during) * 1000:.1f} ms")
     print(f"clean stop:                    {broker.stop():7.2f} s")
+
+
+def probed(port: int, action: Callable[[], object]) -> tuple[float, list[float]]:
+    """Run ``action`` while a prober sends Metadata requests: (its duration, their latencies)."""
+    prober = Prober(port)
+    prober.start()
+    time.sleep(0.3)
+    before = len(prober.latencies)
+    t = time.perf_counter()
+    action()
+    took = time.perf_counter() - t
+    time.sleep(0.2)
+    prober.stop_flag.set()
+    prober.join()
+    return took, prober.latencies[before:] or [0.0]
 
 
 if __name__ == "__main__":

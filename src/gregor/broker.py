@@ -32,7 +32,7 @@ class Broker:
         self.data_dir: Path = config.data_dir
         self.topics = TopicRegistry(self.data_dir)
         self._creating: set[str] = set()  # topics whose files a worker thread is making
-        self._tombstones: list[Path] = []
+        self._deleting: set[str] = set()  # topics whose files are being deleted
         FD_CACHE.capacity = config["log.segment.open.files.max"]
         self.logs = LogManager(self.data_dir, config.topic_defaults(), self.topics)
         self.producer_ids = ProducerIdManager(self.data_dir)
@@ -213,6 +213,8 @@ class Broker:
         validate_topic_name(name)
         if self.topics.get(name) is not None or name in self._creating:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic '{name}' already exists")
+        if name in self._deleting:
+            raise KafkaError(ErrorCode.topic_already_exists, f"topic '{name}' is marked for deletion")
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if not 1 <= partitions <= MAX_PARTITIONS:
@@ -241,6 +243,26 @@ class Broker:
         return parsed
 
     def delete_topic(self, name: str) -> Topic:
+        """Delete a topic, all steps at once (DeleteTopics uses ``delete_topic_async``)."""
+        topic, dirs = self._begin_delete(name)
+        try:
+            self.logs.purge_sync(topic, dirs)
+        finally:
+            self._deleting.discard(name)
+        return topic
+
+    async def delete_topic_async(self, name: str) -> Topic:
+        """DeleteTopics: forget the topic, then rename its partition directories to ``-delete``
+        ones and delete their files in a worker thread (the space is free when this returns), then
+        save the registry. Needs no free space; see LogManager.mark_deleted for crash safety."""
+        topic, dirs = self._begin_delete(name)
+        try:
+            await self.logs.purge(topic, dirs)
+        finally:
+            self._deleting.discard(name)
+        return topic
+
+    def _begin_delete(self, name: str) -> tuple[Topic, list[Path]]:
         if not self.config["delete.topic.enable"]:
             raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         topic = self.topics.get(name)
@@ -249,20 +271,11 @@ class Broker:
         if topic.internal:
             raise KafkaError(ErrorCode.topic_authorization_failed, f"internal topic '{name}' cannot be deleted")
         self.topics.forget(name)
-        tombstones = self.logs.delete_logs(topic)
+        self._deleting.add(name)
+        dirs = self.logs.delete_logs(topic)
         self.coordinator.on_topic_deleted(name)
         log.info("deleted topic %s", name)
-        self._tombstones = tombstones
-        return topic
-
-    async def delete_topic_async(self, name: str) -> Topic:
-        """DeleteTopics: forget the topic, rename its partition directories to ``-delete`` ones,
-        delete their files in a worker thread (the space is free when this returns), then save
-        the registry. Needs no free space; see LogManager.delete_logs for crash safety."""
-        topic = self.delete_topic(name)
-        tombstones, self._tombstones = self._tombstones, []
-        await self.logs.purge(tombstones)
-        return topic
+        return topic, dirs
 
     def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         topic = self.topics.get(name)

@@ -273,12 +273,10 @@ def test_interrupted_deletion_is_finished_at_start(tmp_path, stop_after):
     lm.register(logs)
     lm.get("gone.topic-x", 0).append(batch(5))
     lm.registry.forget("gone.topic-x")
-    tombstones = lm.delete_logs(topic)  # renamed, registry not saved
+    # renamed (and emptied), registry not saved
+    tombstones = lm.mark_deleted(topic, lm.delete_logs(topic), empty=stop_after == "purge")
     assert sorted(t.name for t in tombstones) == [f"gone.topic-x-{p}.{topic.topic_id.hex}-delete" for p in range(2)]
-    if stop_after == "purge":
-        from gregor.log.log_manager import _empty_dirs
-
-        _empty_dirs(tombstones)
+    assert bool(list(tombstones[0].iterdir())) == (stop_after == "rename")
     lm.shutdown()  # a crash would do as well: the registry on disk still names the topic
     assert "gone.topic-x" in (tmp_path / "gregor-topics.json").read_text()
     lm = _manager(tmp_path)
@@ -294,7 +292,7 @@ def test_a_same_named_new_topic_is_not_taken_for_a_deleted_one(tmp_path):
     lm.register(lm.build_logs(old))
     lm.registry.add_topic(old)
     lm.registry.forget("t")
-    lm.delete_logs(old)
+    lm.mark_deleted(old, lm.delete_logs(old))
     lm.registry.save()
     new = lm.registry.new_topic("t", 1, {})
     lm.register(lm.build_logs(new))

@@ -25,6 +25,9 @@ class IndexFile:
             self._written = 0
         elif self._written == len(first):
             return
+        if not len(first):  # an empty index is no file (the index of an empty segment)
+            self.path.unlink(missing_ok=True)
+            return
         mode = "r+b" if self.path.exists() and not full else "wb"
         pack = self.ENTRY.pack
         with open(self.path, mode) as f:

@@ -251,18 +251,25 @@ class LogManager:
         self.register(self.build_logs(topic, first_partition))
 
     def delete_logs(self, topic: Topic) -> list[Path]:
-        """First step of deleting a topic the registry already forgot (in memory): close its
-        partitions and rename each directory to ``<topic>-<p>.<topic id>-delete`` (a rename needs
-        no free space). Returns those directories for ``purge``. If the broker stops before the
-        registry is saved, the next start sees the ``-delete`` directories carrying the topic's
-        id and finishes the deletion, whatever step it stopped at."""
-        tombstones = []
+        """First step of deleting a topic the registry already forgot (in memory): drop and close
+        its partitions (no file access). Returns their directories for ``purge``."""
+        dirs = []
         for p in range(topic.partitions):
             plog = self.logs.pop((topic.name, p), None)
             if plog is not None:
                 plog.close_files()
                 self.notifier.notify((topic.name, p))
-            src = self.data_dir / partition_dir_name(topic.name, p)
+            dirs.append(self.data_dir / partition_dir_name(topic.name, p))
+        return dirs
+
+    def mark_deleted(self, topic: Topic, dirs: list[Path], empty: bool = True) -> list[Path]:
+        """Rename each directory to ``<topic>-<p>.<topic id>-delete`` (a rename needs no free
+        space), then (``empty``) delete the files inside: the space is free. File access only, so
+        it runs in a worker thread. If the broker stops before the registry is saved, the next
+        start sees ``-delete`` directories carrying the topic's id and finishes the deletion,
+        whatever step it stopped at. Returns the renamed directories."""
+        tombstones = []
+        for src in dirs:
             dst = self.data_dir / f"{src.name}.{topic.topic_id.hex}{DELETE_SUFFIX}"
             try:
                 os.rename(src, dst)
@@ -273,28 +280,40 @@ class LogManager:
                 log.error("cannot rename %s for deletion (%s): removing it in place", src, describe(e))
                 shutil.rmtree(src, ignore_errors=True)
         _fsync_dir(self.data_dir, quiet=True)
+        if empty:
+            _empty_dirs(tombstones)
         return tombstones
 
-    async def purge(self, tombstones: list[Path]) -> None:
-        """Second step: free the space (delete the files, in a worker thread), save the registry,
-        then remove the emptied directories. If the registry cannot be saved (disk still full),
-        the empty ``-delete`` directories stay as the record of the deletion and saving is retried
-        with every checkpoint (``finish_pending_deletions``) and at the next start."""
-        await asyncio.to_thread(_empty_dirs, tombstones)
+    async def purge(self, topic: Topic, dirs: list[Path]) -> None:
+        """The rest of a deletion: ``mark_deleted`` in a worker thread, the registry saved (on the
+        event loop: it must not change while it is written), the emptied directories removed in a
+        worker thread. If the registry cannot be saved (disk still full), the empty ``-delete``
+        directories stay as the record of the deletion, and saving is retried with every
+        checkpoint (``finish_pending_deletions``) and at the next start."""
+        tombstones = await asyncio.to_thread(self.mark_deleted, topic, dirs)
         self._tombstones.extend(tombstones)
-        self.finish_pending_deletions()  # on the loop: the registry must not change while it is written
+        done = self._save_after_deletion()
+        if done:
+            await asyncio.to_thread(_remove_dirs, done)
 
-    def finish_pending_deletions(self) -> None:
+    def purge_sync(self, topic: Topic, dirs: list[Path]) -> None:
+        self._tombstones.extend(self.mark_deleted(topic, dirs))
+        _remove_dirs(self._save_after_deletion())
+
+    def _save_after_deletion(self) -> list[Path]:
+        """Save the registry; the tombstones it makes unnecessary (none if saving failed)."""
         if not self._tombstones:
-            return
+            return []
         try:
             self.registry.save()
         except OSError as e:
             log.error("cannot save the topic registry after a deletion (%s); will retry", describe(e))
-            return
+            return []
         done, self._tombstones = self._tombstones, []
-        for d in done:
-            shutil.rmtree(d, ignore_errors=True)
+        return done
+
+    def finish_pending_deletions(self) -> None:
+        _remove_dirs(self._save_after_deletion())
 
     def reconfigure(self, topic: Topic) -> None:
         cfg = self.topic_config(topic)
@@ -360,6 +379,11 @@ def _empty_dirs(dirs: list[Path]) -> None:
                 shutil.rmtree(c, ignore_errors=True)
             else:
                 c.unlink(missing_ok=True)
+
+
+def _remove_dirs(dirs: list[Path]) -> None:
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _fsync_dir(path: Path, quiet: bool = False) -> None:

@@ -125,11 +125,15 @@ class PartitionLog:
         is re-validated batch by batch and a torn tail truncated."""
         self.segments = []
         self.dir.mkdir(parents=True, exist_ok=True)
-        for tmp in self.dir.glob("*.cleaned"):
-            tmp.unlink()
-        for swap in sorted(self.dir.glob("*.log.swap")):
+        names = os.listdir(self.dir)  # one directory read for the three kinds of file below
+        for name in names:
+            if name.endswith(".cleaned"):
+                (self.dir / name).unlink()
+        for name in sorted(n for n in names if n.endswith(".log.swap")):
+            swap = self.dir / name
             os.replace(swap, swap.with_suffix(""))  # the cleaner crashed after writing: finish the swap
-        bases = sorted(int(p.stem) for p in self.dir.glob("*.log"))
+            names.append(name[: -len(".swap")])
+        bases = sorted({int(n[: -len(".log")]) for n in names if n.endswith(".log")})
         interval = int(self.config["index.interval.bytes"])
         max_batch = int(self.config["max.message.bytes"])
         now = self.clock()

@@ -340,10 +340,10 @@ class Segment:
         segment's base, or the log end offset checkpointed at the clean shutdown). If a corrupt
         batch stops the walk to the last batch, the segment is kept as stored (reads of the corrupt
         batch answer CORRUPT_MESSAGE) instead of being truncated, as a clean start never truncates."""
+        if self.size == 0:  # nothing to index, whatever the files say (an empty index has none)
+            return True
         if not self.index.load(self.size) or not self.time_index.load():
             return False
-        if self.size == 0:
-            return True
         _, pos = self.index.lookup(2**62)
         last = None
         try:
