@@ -622,7 +622,8 @@ def failure_key(e: BaseException) -> tuple[str, str]:
             f = fs.filename
             f = f[f.rindex("/gregor/") + 1 :] if "/gregor/" in f else f[f.rindex("/kio/") + 1 :]
             where = f"{f}:{fs.lineno} in {fs.name}"
-    return type(e).__name__, where
+    t = type(e)
+    return (t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"), where
 
 
 def describe_input(target: str, data: bytes) -> str:
