@@ -1078,6 +1078,9 @@ class LogTail:
 
 
 PROBE_CORR = 0x7A5A5A5A
+# requests a broker may hold for a while before answering, by design: Fetch (max wait), JoinGroup
+# (rebalance timeout), SyncGroup (waits for the leader's assignment)
+WAITING_APIS = {1, 11, 14}
 
 
 def api_versions_frame(corr: int) -> bytes:
@@ -1103,6 +1106,8 @@ class LiveStats:
     closed_by_broker: int = 0
     answered: int = 0
     probe_timeouts: int = 0  # the in-line ApiVersions after a frame got no answer within 3 s
+    timeouts: collections.Counter[tuple[str, int]] = dataclasses.field(default_factory=collections.Counter)
+    timeout_examples: dict[tuple[str, int], bytes] = dataclasses.field(default_factory=dict)
     refused: int = 0
     probe_max_s: float = 0.0
     rt_produced: int = 0
@@ -1148,7 +1153,8 @@ class LiveFuzzer:
         # peer's address): the reproducer of a traceback in the broker's log
         self.history: collections.OrderedDict[int, collections.deque[bytes]] = collections.OrderedDict()
 
-    def next_frame(self) -> bytes:
+    def next_frame(self) -> tuple[bytes, str]:
+        """A mutated frame, and how its size prefix was made (honest, lying, several frames)."""
         rng = self.rng
         base = rng.choice(self.corpus)
         if rng.random() < 0.05:
@@ -1159,14 +1165,14 @@ class LiveFuzzer:
             payload = payload[:4] + b"\0\0\0\0" + payload[8:]
         r = rng.random()
         if r < 0.9:
-            return struct.pack(">i", len(payload)) + payload
+            return struct.pack(">i", len(payload)) + payload, "honest"
         if r < 0.95:  # a size prefix that lies
             return struct.pack(">i", rng.choice([len(payload) + rng.randrange(1, 64), -1, 2**31 - 1, 0,
-                                                 max(len(payload) - rng.randrange(1, 8), 0)])) + payload
+                                                 max(len(payload) - rng.randrange(1, 8), 0)])) + payload, "lying"
         # several frames in one write
         more = b"".join(struct.pack(">i", len(p)) + p
                         for p in (self.mut.mutate(rng.choice(self.corpus), lambda: base, protect=4) for _ in range(3)))
-        return struct.pack(">i", len(payload)) + payload + more
+        return struct.pack(">i", len(payload)) + payload + more, "several"
 
     async def _conn_loop(self) -> None:
         while not self.stop and self.stats.frames < self.budget and time.monotonic() < self.deadline:
@@ -1184,7 +1190,7 @@ class LiveFuzzer:
                     self.history.popitem(last=False)
             try:
                 while not self.stop and self.stats.frames < self.budget and time.monotonic() < self.deadline:
-                    f = self.next_frame()
+                    f, kind = self.next_frame()
                     sent.append(f)
                     self.stats.frames += 1
                     writer.write(f + api_versions_frame(PROBE_CORR))
@@ -1194,6 +1200,10 @@ class LiveFuzzer:
                         self.stats.answered += 1
                     except TimeoutError:
                         self.stats.probe_timeouts += 1
+                        key = (kind, struct.unpack_from(">h", f, 4)[0] if len(f) >= 6 else -1)
+                        self.stats.timeouts[key] += 1
+                        if self.stats.timeouts[key] == 1 and kind == "honest" and key[1] not in WAITING_APIS:
+                            self.stats.timeout_examples[key] = f
                         break
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
                 self.stats.closed_by_broker += 1
@@ -1733,6 +1743,15 @@ def main(argv: list[str] | None = None) -> int:
             ("broker log", st.log_path),
         ]))
         args.crashes.mkdir(parents=True, exist_ok=True)
+        if st.timeouts:
+            honest = collections.Counter({k: n for k, n in st.timeouts.items() if k[0] == "honest"})
+            print("  in-line probe timeouts after a frame with an honest size prefix, by its API key: " + (", ".join(
+                f"{k[1]}: {n}" for k, n in honest.most_common()) or "none") + f"; after a lying or several: "
+                f"{sum(st.timeouts.values()) - sum(honest.values()):,}")
+        for (kind, key), sent in st.timeout_examples.items():
+            path = args.crashes / f"live-timeout-{kind}-api{key}.bin"
+            path.write_bytes(sent)
+            print(f"    an honest frame of API {key} held its connection for 3 s (not counted as a failure): {path}")
         for i, (k, v) in enumerate(st.failures.items()):
             print(f"  - {k}\n    {v.splitlines()[-1] if v else ''}")
             (args.crashes / f"live-{i}-{_slug((k, ''))}.txt").write_text(f"{k}\n\n{v}\n")
