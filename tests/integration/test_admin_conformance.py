@@ -106,7 +106,7 @@ def test_list_offsets_max_timestamp_across_segments_and_restart(broker):
     stamps = [now + i for i in range(30)]
     stamps[17] = now + 1000  # the largest, in a middle segment, twice
     stamps[22] = now + 1000
-    for i, ts in enumerate(stamps):  # one record per batch: 30 batches over several segments
+    for ts in stamps:  # one record per batch: 30 batches over several segments
         produce(broker, "maxts-segs", [(b"k", b"v" * 200, ts)], **{"linger.ms": 0})
     assert len(list((broker.data_dir / "maxts-segs-0").glob("*.log"))) > 3
     tp = TopicPartition("maxts-segs", 0)
@@ -344,6 +344,11 @@ def test_dynamic_broker_configs_apply_at_once_and_persist(broker):
             {"resource_type": 4, "resource_name": "", "configs": [
                 {"name": "sasl.kerberos.min.time.before.relogin", "config_operation": 0, "value": "1"}]}]})
         assert resp.responses[0].error_code == KafkaError.INVALID_REQUEST
+        described = w.call(32, 4, {"resources": [{"resource_type": 4, "resource_name": "",
+                                                  "configuration_keys": None}],
+                                   "include_synonyms": False, "include_documentation": False})
+        assert [(c.name, c.value, c.config_source) for c in described.results[0].configs] == [
+            ("log.segment.bytes", "10485760", 3)]  # only the cluster-wide dynamic values
     finally:
         w.close()
     seg = config_of(a, ResourceType.BROKER, "0")["log.segment.bytes"]

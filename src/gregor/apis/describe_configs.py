@@ -150,6 +150,11 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if r.resource_name not in ("", str(broker.node_id)):
                 res["error_code"] = ErrorCode.invalid_request
                 res["error_message"] = f"unknown broker '{r.resource_name}'"
+            elif r.resource_name == "":  # the cluster-wide defaults: only what was set dynamically, as Kafka
+                res["configs"] = [
+                    {"name": k, "value": v, "read_only": False, "config_source": DYNAMIC_DEFAULT_BROKER_CONFIG,
+                     "is_sensitive": False, "synonyms": [], "config_type": _type_of(v, k), "documentation": None}
+                    for k, v in sorted(broker.dynamic_configs.cluster_default.items()) if keys is None or k in keys]
             else:
                 res["configs"] = broker_config_entries(broker, keys, getattr(req, "include_synonyms", False))
         elif r.resource_type == GROUP:
