@@ -274,3 +274,37 @@ def test_corrupt_batch_mid_segment_is_reported_not_skipped(broker_factory):
             assert max(got) == 149
     assert "corrupt record batch at position" in b.output()
     b.stop()
+
+
+def test_sigkill_during_deletion_leaves_the_topic_or_nothing(broker_factory):
+    b = broker_factory()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("doomed", 400), NewTopic("other", 1)])["doomed"].result(30)
+    w = Wire(b.bootstrap)
+    for part in range(0, 400, 40):
+        assert raw_produce(w, "doomed", part, build_batch([(None, b"d%03d" % part)])).error_code == 0
+    assert raw_produce(w, "other", 0, build_batch([(None, b"o")])).error_code == 0
+    b.stop()  # a clean stop: the next start loads partitions lazily, as in production
+    for delay in (0.0, 0.02, 0.1):
+        b.start()
+        w = Wire(b.bootstrap)
+        if "doomed" not in metadata_topics(w):
+            break
+        w.send_raw(w.request_bytes(20, 4, {"topic_names": ["doomed"], "timeout_ms": 30000}))
+        time.sleep(delay)
+        b.kill()
+        b.start()
+        w = Wire(b.bootstrap)
+        names = metadata_topics(w)
+        assert "other" in names
+        dirs = [p.name for p in b.data_dir.iterdir() if p.name.startswith("doomed")]
+        if "doomed" in names:  # the deletion had not begun: everything is still there
+            assert sorted(dirs) == sorted(f"doomed-{p}" for p in range(400))
+            resp = w.call(2, 1, {"replica_id": -1, "topics": [
+                {"name": "doomed", "partitions": [{"partition_index": p, "timestamp": -1} for p in range(400)]}]})
+            ends = {p.partition_index: p.offset for p in resp.topics[0].partitions}
+            assert ends == {p: (1 if p % 40 == 0 else 0) for p in range(400)}
+        else:  # the deletion had begun: it was finished at the start
+            assert dirs == []
+        w.close()
+        b.stop()
