@@ -113,10 +113,13 @@ class DynamicConfigs:
         self.per_broker = {str(k): str(v) for k, v in raw.get("broker", {}).items()}
         self.cluster_default = {str(k): str(v) for k, v in raw.get("cluster_default", {}).items()}
         self.groups = {str(g): {str(k): str(v) for k, v in c.items()} for g, c in raw.get("groups", {}).items()}
-        try:
-            self._apply(self._resolve(self.cluster_default, self.per_broker))
-        except KafkaError as e:  # e.g. a key this version no longer changes at run time
-            raise ConfigError(f"{self.path}: {e.message}") from None
+        for layer in (self.cluster_default, self.per_broker):
+            for key in list(layer):  # a key this version no longer changes at run time: skipped, as Kafka
+                try:                 # skips dynamic values it cannot apply
+                    self._resolve({key: layer[key]}, {})
+                except KafkaError as e:
+                    log.warning("%s: ignoring %s=%s: %s", self.path, key, layer.pop(key), e.message)
+        self._apply(self._resolve(self.cluster_default, self.per_broker))
         if self.per_broker or self.cluster_default:
             log.info("dynamic broker configs from %s: %s", self.path,
                      {**self.cluster_default, **self.per_broker})

@@ -301,6 +301,7 @@ def test_delete_records(broker):
 
 
 # -- dynamic broker configs ------------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
 def test_dynamic_broker_configs_apply_at_once_and_persist(broker):
     from confluent_kafka.admin import ConfigSource
 
@@ -471,3 +472,19 @@ def test_user_scram_credentials(broker):
     with pytest.raises(KafkaException) as e:
         one(a.alter_user_scram_credentials([UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)]))
     assert kafka_error_code(e) == KafkaError.RESOURCE_NOT_FOUND
+
+
+def test_dynamic_configs_file_with_a_key_no_longer_dynamic_is_skipped(broker):
+    import json
+
+    a = admin(broker)
+    incremental(a, ResourceType.BROKER, "0", ("log.retention.ms", "3600000", AlterConfigOpType.SET))
+    broker.stop()
+    path = broker.data_dir / "dynamic-configs.json"
+    data = json.loads(path.read_text())
+    data["broker"]["log.dirs"] = "/elsewhere"
+    path.write_text(json.dumps(data))
+    broker.start()
+    cfg = config_of(admin(broker), ResourceType.BROKER, "0")
+    assert cfg["log.retention.ms"].value == "3600000"
+    assert "ignoring log.dirs" in broker.output()
