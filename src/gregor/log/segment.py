@@ -65,8 +65,9 @@ class Segment:
             raise StorageError(f"cannot create segment {self.path}: {describe(e)}") from None
 
     def open_fd(self) -> int:
-        """Called by the descriptor cache."""
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        """Called by the descriptor cache. Never creates the file: a segment deleted under a late
+        reader (the cleaner's thread) must not come back as an empty file."""
+        return os.open(self.path, os.O_RDWR | os.O_APPEND)
 
     @contextlib.contextmanager
     def _fd(self) -> Iterator[int]:
