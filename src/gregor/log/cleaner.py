@@ -126,6 +126,11 @@ async def clean_partition(plog: PartitionLog) -> int:
         for f in plog.dir.glob("*.cleaned"):  # copies of the segments cleaned before the failure
             f.unlink(missing_ok=True)
         return 0
+    except Exception:  # noqa: BLE001 - a corrupt batch: logged, never the end of the housekeeping task
+        log.exception("%s-%d: cleaning failed; the partition is left as it is", plog.topic, plog.partition)
+        for f in plog.dir.glob("*.cleaned"):
+            f.unlink(missing_ok=True)
+        return 0
     if not sealed:
         return 0
     saved = swap_in(plog, sealed, files)
