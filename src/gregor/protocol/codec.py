@@ -28,7 +28,7 @@ from kio.serial.errors import SerialError
 
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from gregor.protocol.request_check import MalformedRequest, check_request
+from gregor.protocol.request_check import MalformedRequest, check_request, read_uvarint
 
 _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -46,21 +46,6 @@ class RequestHeader:
     correlation_id: int
     client_id: str | None
     body_offset: int
-
-
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(buf):
-            raise RequestDecodeError("truncated varint in request header")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 35:
-            raise RequestDecodeError("varint too long in request header")
 
 
 def parse_header_prefix(frame: bytes) -> tuple[int, int, int]:
@@ -84,12 +69,16 @@ def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
         client_id = frame[pos : pos + n].decode("utf-8", "replace")
         pos += n
     if flexible:
-        count, pos = _read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = _read_uvarint(frame, pos)
-            size, pos = _read_uvarint(frame, pos)
-            pos += size
-        if pos > len(frame):
+        end = len(frame)
+        try:
+            count, pos = read_uvarint(frame, pos, end)
+            for _ in range(count):
+                _tag, pos = read_uvarint(frame, pos, end)
+                size, pos = read_uvarint(frame, pos, end)
+                pos += size
+        except MalformedRequest as e:
+            raise RequestDecodeError(f"request header: {e}") from None
+        if pos > end:
             raise RequestDecodeError("request header tagged fields truncated")
     return RequestHeader(api_key, api_version, corr, client_id, pos)
 

@@ -111,24 +111,23 @@ def _bool(name: str) -> Check:
     return check
 
 
-def _sized(name: str, flexible: bool, nullable: bool, short: bool) -> Check:
-    """string (int16 length), bytes and records (int32 length), or their compact forms."""
-    if flexible:
-        def compact(buf: bytes, pos: int, end: int, w: _Walk) -> int:
-            n, pos = read_uvarint(buf, pos, end)
-            if n == 0:
-                if not nullable:
-                    raise _non_nullable(name)
-                return pos
-            pos += n - 1
-            if pos > end:
-                raise _truncated(name)
-            return pos
-        compact.compact_sized = (nullable, name)  # type: ignore[attr-defined]  # inlined by _generate
-        return compact
-    unpack, width, null = (_I16.unpack_from, 2, b"\xff\xff") if short else (_I32.unpack_from, 4, b"\xff\xff\xff\xff")
+ReadLength = Callable[[bytes, int, int, _Walk], tuple[int, int]]
 
-    def legacy(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+
+def _length(name: str, flexible: bool, nullable: bool, width: int) -> ReadLength:
+    """A reader of the length or count in front of a string, bytes or array: compact (uvarint of
+    n + 1, 0 for null) or legacy (int16 or int32, negative for null). Returns (n, position after
+    it), n = -1 for null; null where it is not allowed is malformed."""
+    if flexible:
+        def compact(buf: bytes, pos: int, end: int, w: _Walk) -> tuple[int, int]:
+            n, pos = read_uvarint(buf, pos, end)
+            if n == 0 and not nullable:
+                raise _non_nullable(name)
+            return n - 1, pos
+        return compact
+    unpack, null = (_I16.unpack_from, b"\xff\xff") if width == 2 else (_I32.unpack_from, b"\xff\xff\xff\xff")
+
+    def legacy(buf: bytes, pos: int, end: int, w: _Walk) -> tuple[int, int]:
         if pos + width > end:
             raise _truncated(name)
         (n,) = unpack(buf, pos)
@@ -137,52 +136,46 @@ def _sized(name: str, flexible: bool, nullable: bool, short: bool) -> Check:
                 raise _non_nullable(name)
             if n != -1:
                 w.edits.append((pos, pos + width, null))  # Kafka reads any negative length as null
-            return pos + width
-        pos += width + n
-        if pos > end:
-            raise _truncated(name)
-        return pos
+            return -1, pos + width
+        return n, pos + width
     return legacy
 
 
-def _array(name: str, element: Check, min_size: int, flexible: bool, nullable: bool) -> Check:
-    fixed = element if min_size and getattr(element, "fixed_size", None) == min_size else None
+def _sized(name: str, flexible: bool, nullable: bool, short: bool) -> Check:
+    """string (int16 length), bytes and records (int32 length), or their compact forms."""
+    length = _length(name, flexible, nullable, 2 if short else 4)
 
-    def elements(buf: bytes, pos: int, end: int, w: _Walk, count: int) -> int:
+    def check(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+        n, pos = length(buf, pos, end, w)
+        if n > 0:
+            pos += n
+            if pos > end:
+                raise _truncated(name)
+        return pos
+    if flexible:
+        check.compact_sized = (nullable, name)  # type: ignore[attr-defined]  # inlined by _generate
+    return check
+
+
+def _array(name: str, element: Check, min_size: int, flexible: bool, nullable: bool) -> Check:
+    fixed = min_size and getattr(element, "fixed_size", None) == min_size
+    length = _length(name, flexible, nullable, 4)
+
+    def check(buf: bytes, pos: int, end: int, w: _Walk) -> int:
+        count, pos = length(buf, pos, end, w)
+        if count <= 0:
+            return pos
         if min_size and count > (end - pos) // min_size:
             raise MalformedRequest(f"array {name} claims {count} elements, more than the request holds")
         w.budget -= count
         if w.budget < 0:
             raise MalformedRequest(f"more than {MAX_ELEMENTS} array elements in one request")
-        if fixed is not None:
+        if fixed:
             return pos + count * min_size  # bounds already checked above
         for _ in range(count):
             pos = element(buf, pos, end, w)
         return pos
-
-    if flexible:
-        def compact(buf: bytes, pos: int, end: int, w: _Walk) -> int:
-            n, pos = read_uvarint(buf, pos, end)
-            if n == 0:
-                if not nullable:
-                    raise _non_nullable(name)
-                return pos
-            return elements(buf, pos, end, w, n - 1)
-        return compact
-
-    def legacy(buf: bytes, pos: int, end: int, w: _Walk) -> int:
-        if pos + 4 > end:
-            raise _truncated(name)
-        (n,) = _I32.unpack_from(buf, pos)
-        pos += 4
-        if n < 0:
-            if not nullable:
-                raise _non_nullable(name)
-            if n != -1:
-                w.edits.append((pos - 4, pos, b"\xff\xff\xff\xff"))
-            return pos
-        return elements(buf, pos, end, w, n)
-    return legacy
+    return check
 
 
 def _nullable_struct(name: str, inner: Check) -> Check:
