@@ -1681,7 +1681,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3600, help="time cap of each mode")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=1, help="in-process worker processes")
-    ap.add_argument("--connections", type=int, default=32, help="concurrent fuzzing connections (live)")
+    ap.add_argument("--connections", type=int, default=64, help="concurrent fuzzing connections (live)")
     ap.add_argument("--crashes", type=Path, default=Path("/tmp/gregor-fuzz-crashes"))
     ap.add_argument("--max-restarts", type=int, default=2000, help="stop after this many worker crashes")
     ap.add_argument("--no-bomb", action="store_true",
