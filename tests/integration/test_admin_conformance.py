@@ -230,6 +230,37 @@ def test_produce_record_errors_over_the_wire_v8(broker):
     assert p.error_message
 
 
+def _peak_rss_kib(pid: int) -> int:
+    from pathlib import Path
+
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_compacted_topic_key_check_holds_no_decompression_bomb(broker):
+    """A 13 KB zstd batch inflating to 400 MB, produced to a compacted topic (whose keys the broker
+    must read): refused with MESSAGE_TOO_LARGE, the broker's peak memory barely moves."""
+    from gregor.protocol import compression
+    from gregor.protocol.records import Record, build_batch
+
+    a = admin(broker)
+    create(a, "bomb", **{"cleanup.policy": "compact"})
+    bomb = build_batch([Record(0, 0, b"k", bytes(400 << 20))], codec=compression.ZSTD)
+    assert len(bomb) < 20_000
+    before = _peak_rss_kib(broker.proc.pid)
+    w = Wire(broker.bootstrap)
+    try:
+        resp = w.call(0, 7, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
+            {"name": "bomb", "partition_data": [{"index": 0, "records": bomb}]}]})
+    finally:
+        w.close()
+    assert resp.responses[0].partition_responses[0].error_code == 10  # MESSAGE_TOO_LARGE
+    assert _peak_rss_kib(broker.proc.pid) - before < 100 << 10  # the bound is 64 MiB
+    assert produce(broker, "bomb", [(b"k", b"v", None)], **{"compression.type": "zstd"}) == [None]
+
+
 # -- DeleteRecords ---------------------------------------------------------------------------------
 def _watermarks(b, topic: str, partition: int = 0) -> tuple[int, int]:
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm"})

@@ -22,10 +22,15 @@ from gregor.log.segment import Segment
 from gregor.log.storage_errors import CorruptBatch, PartitionOffline, StorageError, describe
 from gregor.protocol import record_batch as rb
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.key_check import InflatedTooLarge, keyless_records
 from gregor.protocol.record_batch import InvalidBatch, RecordTooLarge, validate_batches
 from gregor.protocol.records import decode_records
 
 log = logging.getLogger(__name__)
+
+
+# a compressed batch for a compacted topic may inflate to max(this, 8 x max.message.bytes)
+MAX_INFLATED_FLOOR = 64 << 20
 
 
 class RecordErrors(KafkaError):
@@ -318,11 +323,15 @@ class PartitionLog:
             self.flush()
 
     def _check_keys(self, records: bytes, h: rb.BatchHeader) -> None:
+        # keys read in place, the batch inflated into a bounded map (a decompression bomb costs
+        # at most that bound): see protocol/key_check.py
+        limit = max(MAX_INFLATED_FLOOR, 8 * int(self.config["max.message.bytes"]))
         try:
-            recs = decode_records(records, h)
+            missing = keyless_records(records, h, limit)
+        except InflatedTooLarge as e:
+            raise KafkaError(ErrorCode.message_too_large, str(e)) from None
         except Exception as e:  # noqa: BLE001 - any decode failure is a corrupt batch
             raise KafkaError(ErrorCode.corrupt_message, f"cannot decode records: {e}") from None
-        missing = [i for i, r in enumerate(recs) if r.key is None]
         if missing:
             # Kafka's LogValidator names each offending record (Produce v8+ record_errors): the
             # client fails those with INVALID_RECORD and the rest of the batch with
