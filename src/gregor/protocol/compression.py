@@ -8,6 +8,8 @@ import struct
 
 import cramjam
 
+from gregor.protocol.record_batch import InvalidBatch
+
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 
@@ -21,7 +23,19 @@ class UnsupportedCodec(Exception):
     pass
 
 
+class CorruptCompressedData(InvalidBatch):
+    """The batch's records cannot be decompressed with its codec."""
+
+
 def decompress(codec: int, data: bytes | memoryview) -> bytes:
+    """Every corrupt input raises CorruptCompressedData (an InvalidBatch)."""
+    try:
+        return _decompress(codec, data)
+    except cramjam.DecompressionError as e:
+        raise CorruptCompressedData(f"cannot decompress {NAMES.get(codec, codec)} records: {e}") from None
+
+
+def _decompress(codec: int, data: bytes | memoryview) -> bytes:
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
@@ -60,8 +74,12 @@ def _xerial_decompress(raw: bytes) -> bytes:
     pos = len(_XERIAL_HEADER)
     out = bytearray()
     while pos < len(raw):
+        if pos + 4 > len(raw):
+            raise CorruptCompressedData("snappy (xerial) block length truncated")
         (n,) = struct.unpack_from(">i", raw, pos)
         pos += 4
+        if n < 0 or pos + n > len(raw):
+            raise CorruptCompressedData(f"snappy (xerial) block of {n} bytes runs past the end")
         out += bytes(cramjam.snappy.decompress_raw(raw[pos : pos + n]))
         pos += n
     return bytes(out)

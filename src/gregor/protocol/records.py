@@ -173,13 +173,21 @@ def build_batch(
 
 def iter_key_values(buf: bytes | bytearray | memoryview, h: BatchHeader) -> list[tuple[bytes | None, bytes | None]]:
     """(key, value) of every record of one batch, nothing else decoded: the coordinator's loader
-    replays millions of records through this."""
+    replays millions of records through this. A record that does not fit its batch raises
+    InvalidBatch."""
     body = bytes(buf[h.position + HEADER_SIZE : h.position + h.size])
     data = body if h.compression == compression.NONE else compression.decompress(h.compression, body)
+    try:
+        return _key_values(data, h.records_count)
+    except IndexError:  # a varint or length read past the end of the data
+        raise InvalidBatch("record runs past the end of its batch") from None
+
+
+def _key_values(data: bytes, count: int) -> list[tuple[bytes | None, bytes | None]]:
     out: list[tuple[bytes | None, bytes | None]] = []
     pos = 0
     n = len(data)
-    for _ in range(h.records_count):
+    for _ in range(count):
         b = data[pos]
         if b < 0x80:
             length = (b >> 1) ^ -(b & 1)
@@ -213,6 +221,9 @@ def iter_key_values(buf: bytes | bytearray | memoryview, h: BatchHeader) -> list
         value = None
         if vlen >= 0:
             value = data[pos : pos + vlen]
+            pos += vlen
+        if pos > end:
+            raise InvalidBatch("record key or value runs past the end of the record")
         out.append((key, value))
         pos = end
     return out
