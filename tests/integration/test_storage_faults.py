@@ -273,6 +273,14 @@ def test_corrupt_batch_mid_segment_is_reported_not_skipped(broker_factory):
         if part == 0:  # nothing after the corruption was served as if it were not there
             assert max(got) == 149
     assert "corrupt record batch at position" in b.output()
+    # lookups that walk the batch headers answer per partition instead of failing the request
+    w = Wire(b.bootstrap)
+    resp = w.call(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "c", "partitions": [
+        {"partition_index": 0, "timestamp": 2**62}, {"partition_index": 1, "timestamp": -3}]}]})
+    parts = resp.topics[0].partitions
+    assert [p.partition_index for p in parts] == [0, 1]
+    assert all(p.error_code in (ErrorCode.none, ErrorCode.corrupt_message) for p in parts)
+    w.close()
     b.stop()
 
 

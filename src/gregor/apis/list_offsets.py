@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.log.storage_errors import CorruptBatch
 from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.errors import ErrorCode
+from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import RequestContext, handles
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
@@ -20,24 +21,34 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                                      "timestamp": -1, "offset": -1, "leader_epoch": 0}
-            plog = ctx.broker.logs.get(t.name, p.partition_index)
-            ts = p.timestamp
-            if plog is None:
-                entry["error_code"] = ErrorCode.unknown_topic_or_partition
-            elif ts == LATEST:
-                entry["offset"] = plog.high_watermark
-            elif ts in (EARLIEST, EARLIEST_LOCAL):
-                entry["offset"] = plog.log_start_offset
-            elif ts == MAX_TIMESTAMP:
-                found = plog.max_timestamp_offset()
-                if found is not None:
-                    entry["offset"], entry["timestamp"] = found
-            elif ts < 0:
-                entry["error_code"] = ErrorCode.invalid_request
-            else:
-                hit = plog.offset_for_timestamp(ts)
-                if hit is not None:
-                    entry["offset"], entry["timestamp"] = hit
+            try:
+                _lookup(ctx, t.name, p.partition_index, p.timestamp, entry)
+            except KafkaError as e:  # an offline partition (KAFKA_STORAGE_ERROR), a corrupt batch
+                entry["error_code"] = e.code
+            except CorruptBatch:
+                entry["error_code"] = ErrorCode.corrupt_message
+            except OSError:  # the files could not be read
+                entry["error_code"] = ErrorCode.kafka_storage_error
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}
+
+
+def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, entry: dict[str, Any]) -> None:
+    plog = ctx.broker.logs.get(topic, partition)
+    if plog is None:
+        entry["error_code"] = ErrorCode.unknown_topic_or_partition
+    elif ts == LATEST:
+        entry["offset"] = plog.high_watermark
+    elif ts in (EARLIEST, EARLIEST_LOCAL):
+        entry["offset"] = plog.log_start_offset
+    elif ts == MAX_TIMESTAMP:
+        found = plog.max_timestamp_offset()
+        if found is not None:
+            entry["offset"], entry["timestamp"] = found
+    elif ts < 0:
+        entry["error_code"] = ErrorCode.invalid_request
+    else:
+        hit = plog.offset_for_timestamp(ts)
+        if hit is not None:
+            entry["offset"], entry["timestamp"] = hit
