@@ -331,6 +331,30 @@ def test_delete_records(broker):
     assert _watermarks(broker, "delrec", 1) == (100, 100)
 
 
+
+def test_recreated_topic_does_not_inherit_the_deleted_ones_log_start(broker):
+    """DeleteRecords moved the old topic's start to 30; the topic is deleted, made again under the
+    same name and written, then the broker is killed before any periodic checkpoint: the new
+    partition starts at 0 with all its records."""
+    a = admin(broker)
+    create(a, "reborn")
+    produce(broker, "reborn", [(None, b"old", None)] * 50)
+    assert one(a.delete_records([TopicPartition("reborn", 0, 30)])).low_watermark == 30
+    for f in a.delete_topics(["reborn"]).values():
+        f.result(10)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            create(a, "reborn")
+            break
+        except KafkaException:  # still marked for deletion
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    produce(broker, "reborn", [(None, b"new", None)] * 5)
+    broker.kill()
+    broker.start()
+    assert _watermarks(broker, "reborn", 0) == (0, 5)
+
 # -- dynamic broker configs ------------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
 def test_dynamic_broker_configs_apply_at_once_and_persist(broker):

@@ -240,6 +240,10 @@ class LogManager:
     def register(self, logs: list[PartitionLog]) -> None:
         for plog in logs:
             self.logs[(plog.topic, plog.partition)] = plog
+        # The checkpoints may still hold a deleted topic of the same name (recovery point, log
+        # start moved by DeleteRecords): rewrite them now, as Kafka does, so that a crash before
+        # the next periodic checkpoint cannot apply them to the new partitions.
+        self.write_checkpoints()
 
     def discard(self, logs: list[PartitionLog]) -> None:
         """Undo ``build_logs`` (the registry could not be saved)."""
@@ -310,6 +314,7 @@ class LogManager:
             log.error("cannot save the topic registry after a deletion (%s); will retry", describe(e))
             return []
         done, self._tombstones = self._tombstones, []
+        self.write_checkpoints()  # drop the deleted partitions' entries (see ``register``)
         return done
 
     def finish_pending_deletions(self) -> None:
