@@ -34,11 +34,13 @@ A failure is
 - an exception other than the documented "malformed input" ones: ``codec.RequestDecodeError``,
   ``framing.FrameError``, ``record_batch.InvalidBatch`` (and its ``RecordTooLarge``),
   ``compression.UnsupportedCodec``, ``cramjam.DecompressionError`` (what the codecs raise on corrupt
-  data);
+  data), ``key_check.InflatedTooLarge``;
 - a decoded request that violates its schema (a non-nullable field decoded as null, a value of the
   wrong type, an integer outside its Kafka type's range), walked against the kio dataclass's hints;
 - the frame decoder disagreeing with a plain reference split of the same bytes (fed in random chunks);
-- ``records.decode_records`` and ``records.iter_key_values`` disagreeing on a batch both accept;
+- ``records.decode_records`` and ``records.iter_key_values`` disagreeing on a batch both accept, or
+  ``key_check.keyless_records`` (the produce path's key check for compacted topics, bounded to 1 MiB
+  inflated here) naming other keyless records than ``decode_records``;
 - the decoding process dying (kio's native code can abort the process): decoding runs in a forked
   worker that writes each input to shared memory before decoding it; when the worker dies, the input,
   the signal and the worker's last stderr line are recorded and a new worker goes on;
@@ -73,6 +75,7 @@ import dataclasses
 import datetime
 import functools
 import hashlib
+import importlib
 import mmap
 import multiprocessing
 import os
@@ -119,6 +122,11 @@ EXPECTED: tuple[type[BaseException], ...] = (
     compression.UnsupportedCodec,
     cramjam.DecompressionError,
 )
+
+key_check: Any = None  # the compacted-topic key check of the produce path (issue 10), if the tree has it
+with contextlib.suppress(ImportError):
+    key_check = importlib.import_module("gregor.protocol.key_check")
+    EXPECTED += (key_check.InflatedTooLarge,)
 
 TARGETS = ("request", "stream", "batch")
 _NONE = type(None)
@@ -329,6 +337,15 @@ def run_batch(data: bytes, feats: set[Any]) -> None:
             kv = None
         if recs is not None and kv is not None and [(r.key, r.value) for r in recs] != kv:
             raise OracleMismatch("decode_records and iter_key_values disagree on a batch both accept")
+        if key_check is not None:
+            try:
+                keyless: list[int] | None = key_check.keyless_records(data, h, 1 << 20)
+            except EXPECTED as e:
+                feats.add(("keys", type(e).__name__))
+                keyless = None
+            if recs is not None and keyless is not None and keyless != [
+                    i for i, r in enumerate(recs) if r.key is None]:
+                raise OracleMismatch("key_check.keyless_records and decode_records disagree on the keyless records")
 
 
 # ---------------------------------------------------------------------------------------------
