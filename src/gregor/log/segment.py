@@ -88,21 +88,21 @@ class Segment:
         position = self.size
         total = sum(len(b) for b in buffers)
         try:
-            with self._fd() as fd:
-                try:
-                    written = os.writev(fd, buffers)
-                    while written < total:  # short write: finish with the remainder (or fail)
-                        rest = b"".join(bytes(b) for b in buffers)[written:]
-                        n = os.write(fd, rest)
-                        if n <= 0:
-                            raise OSError(errno.EIO, "write returned 0")
-                        written += n
-                except OSError as e:
-                    self._roll_back(fd, position, e)
-        except StorageError:
-            raise
+            fd = FD_CACHE.acquire(self)
         except OSError as e:  # opening the file failed: nothing was written
             raise StorageError(f"cannot open {self.path}: {describe(e)}") from None
+        try:  # (no context manager on this path: produce and every coordinator write pass here)
+            written = os.writev(fd, buffers)
+            while written < total:  # short write: finish with the remainder (or fail)
+                rest = b"".join(bytes(b) for b in buffers)[written:]
+                n = os.write(fd, rest)
+                if n <= 0:
+                    raise OSError(errno.EIO, "write returned 0")
+                written += n
+        except OSError as e:
+            self._roll_back(fd, position, e)
+        finally:
+            FD_CACHE.release(self)
         self.unflushed = True
         self._track(headers, position)
         self.size += total
@@ -160,8 +160,11 @@ class Segment:
 
     # -- reading -----------------------------------------------------------------------------
     def pread(self, position: int, size: int) -> bytes:
-        with self._fd() as fd:
+        fd = FD_CACHE.acquire(self)
+        try:
             return os.pread(fd, size, position)
+        finally:
+            FD_CACHE.release(self)
 
     def iter_headers(self, start_position: int = 0, end_position: int | None = None,
                      strict: bool = False, report: bool = True) -> Iterator[BatchHeader]:
