@@ -216,7 +216,15 @@ class KafkaConnection(asyncio.Protocol):
                     self.last_active = self._loop.time()
                     self._release(len(frame))
                 del frame
-                if response is not None:
+                if response is None:
+                    continue
+                if len(response) == 1 and not isinstance(response[0], FileRegion):
+                    # the common case (every response but a large fetch): no coroutine of its own
+                    if not self._closed and self.transport is not None:
+                        self.transport.write(response[0])
+                        if not self._can_write.is_set():
+                            await self._can_write.wait()
+                else:
                     await self._send(response)
         except CloseConnection:
             self._abort()
