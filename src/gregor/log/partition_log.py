@@ -416,6 +416,9 @@ class PartitionLog:
                     length = end - pos
                 if length <= 0:
                     return ReadResult(b"", leo, self.log_start_offset)
+                if 0 < region_above <= length:
+                    return ReadResult(b"", leo, self.log_start_offset, next_offset,
+                                      FileRegion(seg.path, pos, length))
                 return ReadResult(seg.pread(pos, length), leo, self.log_start_offset, next_offset)
             i += 1  # offset falls in a gap left by compaction: serve the next segment
         return ReadResult(b"", leo, self.log_start_offset)
