@@ -14,6 +14,7 @@ from typing import Any
 from gregor.cluster.producer_ids import ProducerIdManager
 from gregor.cluster.topics import Topic, TopicRegistry, validate_topic_name
 from gregor.config import BrokerConfig, ConfigError, parse_topic_config
+from gregor.dynamic_configs import DynamicConfigs, apply_list_op
 from gregor.log.log_manager import LogManager
 from gregor.log.partition_log import PartitionLog
 from gregor.log.storage_errors import FD_CACHE, StorageError, describe
@@ -36,8 +37,6 @@ class Broker:
         FD_CACHE.capacity = config["log.segment.open.files.max"]
         self.logs = LogManager(self.data_dir, config.topic_defaults(), self.topics)
         self.producer_ids = ProducerIdManager(self.data_dir)
-        from gregor.dynamic_configs import DynamicConfigs
-
         self.dynamic_configs = DynamicConfigs(self)  # configs altered at run time (admin APIs)
         self.cluster_id = ""
         self.connections: set[Any] = set()
@@ -352,25 +351,6 @@ class Broker:
 # has no override)
 TOPIC_LIST_DEFAULTS = {"cleanup.policy": "delete", "follower.replication.throttled.replicas": "",
                        "leader.replication.throttled.replicas": ""}
-
-
-def apply_list_op(key: str, op: int, value: str | None, current: Any, list_defaults: dict[str, str]) -> str:
-    """IncrementalAlterConfigs APPEND (2) / SUBTRACT (3) on a LIST config, as Kafka does: APPEND adds
-    the items missing from the override (or from the default without one), SUBTRACT removes items
-    from the override; any other config is INVALID_CONFIG."""
-    if key not in list_defaults:
-        raise KafkaError(ErrorCode.invalid_config,
-                         f"config {key} is not a list: {'APPEND' if op == 2 else 'SUBTRACT'} is not allowed")
-    items = [i for i in str(value or "").split(",") if i]
-    if current is None:
-        old = [i for i in (list_defaults[key].split(",") if op == 2 else []) if i]
-    else:
-        old = [i for i in str(current).split(",") if i]
-    if op == 2:
-        merged = old + [i for i in items if i not in old]
-    else:
-        merged = [i for i in old if i not in items]
-    return ",".join(dict.fromkeys(merged))
 
 
 def _random_cluster_id() -> str:

@@ -166,8 +166,6 @@ class DynamicConfigs:
                     raise KafkaError(ErrorCode.invalid_request, f"null value for {key}")
                 new[key] = value
             elif op in (APPEND, SUBTRACT):
-                from gregor.broker import apply_list_op
-
                 new[key] = apply_list_op(key, op, value, new.get(key), BROKER_LIST_DEFAULTS)
             else:
                 raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {op} on {key}")
@@ -291,3 +289,22 @@ def _as_int(raw: str | None, default: int) -> int:
         return int(raw) if raw is not None else default
     except ValueError:
         return default
+
+
+def apply_list_op(key: str, op: int, value: str | None, current: Any, list_defaults: dict[str, str]) -> str:
+    """IncrementalAlterConfigs APPEND (2) / SUBTRACT (3) on a LIST config, as Kafka does: APPEND adds
+    the items missing from the override (or from the default without one), SUBTRACT removes items
+    from the override; any other config is INVALID_CONFIG."""
+    if key not in list_defaults:
+        raise KafkaError(ErrorCode.invalid_config,
+                         f"config {key} is not a list: {'APPEND' if op == 2 else 'SUBTRACT'} is not allowed")
+    items = [i for i in str(value or "").split(",") if i]
+    if current is None:
+        old = [i for i in (list_defaults[key].split(",") if op == 2 else []) if i]
+    else:
+        old = [i for i in str(current).split(",") if i]
+    if op == 2:
+        merged = old + [i for i in items if i not in old]
+    else:
+        merged = [i for i in old if i not in items]
+    return ",".join(dict.fromkeys(merged))

@@ -7,15 +7,17 @@ broker keys may change at run time, and how they persist: ``gregor.dynamic_confi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gregor.broker import Broker
 from gregor.cluster.topics import Topic
 from gregor.config import KEYS, TOPIC_KEYS
 from gregor.dynamic_configs import SERVED
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.server.dispatcher import RequestContext, handles
+
+if TYPE_CHECKING:
+    from gregor.broker import Broker
 
 TOPIC, BROKER, GROUP = 2, 4, 32
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
