@@ -17,6 +17,7 @@ import cramjam
 
 from gregor.protocol import compression
 from gregor.protocol.record_batch import HEADER_SIZE, BatchHeader, InvalidBatch
+from gregor.protocol.records import read_varint
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16
@@ -88,33 +89,18 @@ def _xerial_into(body: memoryview, out: mmap.mmap) -> int:
     return written
 
 
-def _varint(data: memoryview, pos: int, end: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= end:
-            raise InvalidBatch("varint truncated")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise InvalidBatch("varint too long")
-
-
 def _walk(data: memoryview, count: int) -> list[int]:
     missing: list[int] = []
     pos, n = 0, len(data)
     for i in range(count):
-        length, pos = _varint(data, pos, n)
+        length, pos = read_varint(data, pos, n)
         end = pos + length
         if length < 0 or end > n:
             raise InvalidBatch("record length out of bounds")
         pos += 1  # attributes
-        _ts_delta, pos = _varint(data, pos, end)
-        _offset_delta, pos = _varint(data, pos, end)
-        key_len, pos = _varint(data, pos, end)
+        _ts_delta, pos = read_varint(data, pos, end)
+        _offset_delta, pos = read_varint(data, pos, end)
+        key_len, pos = read_varint(data, pos, end)
         if key_len < 0:
             missing.append(i)
         elif pos + key_len > end:

@@ -35,11 +35,15 @@ class Record:
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes | memoryview, pos: int, end: int | None = None) -> tuple[int, int]:
+    """A zigzag varint (record fields) at ``pos``, read no further than ``end`` (default: the
+    buffer's end)."""
+    if end is None:
+        end = len(buf)
     shift = 0
     result = 0
     while True:
-        if pos >= len(buf):
+        if pos >= end:
             raise InvalidBatch("varint truncated")
         b = buf[pos]
         pos += 1
@@ -62,7 +66,7 @@ def _write_varint(out: bytearray, value: int) -> None:
 
 
 def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    n, pos = _read_varint(buf, pos)
+    n, pos = read_varint(buf, pos)
     if n < 0:
         return None, pos
     if pos + n > len(buf):
@@ -88,14 +92,14 @@ def decode_records(buf: bytes | bytearray | memoryview, h: BatchHeader) -> list[
     out: list[Record] = []
     pos = 0
     for _ in range(h.records_count):
-        length, pos = _read_varint(data, pos)
+        length, pos = read_varint(data, pos)
         end = pos + length
         pos += 1  # record attributes, unused
-        ts_delta, pos = _read_varint(data, pos)
-        off_delta, pos = _read_varint(data, pos)
+        ts_delta, pos = read_varint(data, pos)
+        off_delta, pos = read_varint(data, pos)
         key, pos = _read_bytes(data, pos)
         value, pos = _read_bytes(data, pos)
-        n_headers, pos = _read_varint(data, pos)
+        n_headers, pos = read_varint(data, pos)
         headers: list[tuple[str, bytes | None]] = []
         for _h in range(n_headers):
             hk, pos = _read_bytes(data, pos)
@@ -193,7 +197,7 @@ def _key_values(data: bytes, count: int) -> list[tuple[bytes | None, bytes | Non
             length = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            length, pos = _read_varint(data, pos)
+            length, pos = read_varint(data, pos)
         end = pos + length
         if end > n or length < 0:
             raise InvalidBatch("record length out of bounds")
@@ -207,7 +211,7 @@ def _key_values(data: bytes, count: int) -> list[tuple[bytes | None, bytes | Non
             klen = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            klen, pos = _read_varint(data, pos)
+            klen, pos = read_varint(data, pos)
         key = None
         if klen >= 0:
             key = data[pos : pos + klen]
@@ -217,7 +221,7 @@ def _key_values(data: bytes, count: int) -> list[tuple[bytes | None, bytes | Non
             vlen = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            vlen, pos = _read_varint(data, pos)
+            vlen, pos = read_varint(data, pos)
         value = None
         if vlen >= 0:
             value = data[pos : pos + vlen]

@@ -34,6 +34,8 @@ from typing import Any
 
 from kio.serial._introspect import get_field_tag, get_schema_field_type
 
+from gregor.protocol.encoder import uvarint
+
 # Every array element of a request counts against this (kio builds one Python object or value
 # per element). Real requests stay far below: a Fetch of 10,000 partitions, a CreateTopics of
 # 10,000 partitions with their replica lists, an OffsetCommit of 50,000 partitions.
@@ -291,11 +293,7 @@ def _drop_unknown_tags(buf: bytes, start: int, stop: int, kept: list[tuple[int, 
     inner = [e for e in w.edits if start <= e[0] < stop]
     del w.edits[len(w.edits) - len(inner):]
     section = bytearray()
-    n = len(kept)
-    while n >= 0x80:
-        section.append((n & 0x7F) | 0x80)
-        n >>= 7
-    section.append(n)
+    uvarint(section, len(kept))
     for a, b in kept:
         section += apply_edits(buf[a:b], [(s - a, e - a, r) for s, e, r in inner if a <= s < b])
     w.edits.append((start, stop, bytes(section)))
