@@ -104,7 +104,7 @@ import cramjam
 from gregor.protocol import codec, compression, records
 from gregor.protocol import record_batch as rb
 from gregor.protocol.framing import FrameDecoder, FrameError
-from gregor.server.dispatcher import REGISTRY, load_all_apis
+from gregor.apis import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED_DIR = ROOT / "bench" / "fuzz-seeds"
@@ -247,7 +247,6 @@ def check_request_object(obj: Any, cls: Any, feats: set[Any]) -> None:
 
 
 def served_versions() -> list[tuple[int, int]]:
-    load_all_apis()
     return [(k, v) for k in sorted(REGISTRY) for v in range(REGISTRY[k].min_version, REGISTRY[k].max_version + 1)]
 
 
@@ -255,7 +254,7 @@ _DIGITS = re.compile(r"-?\d+")
 
 
 def run_request(frame: bytes, feats: set[Any]) -> None:
-    """What the broker's connection does with one frame up to the handler (server/connection.py)."""
+    """What the broker's connection does with one frame up to the handler (server/dispatcher.py)."""
     api_key, version, _corr = codec.parse_header_prefix(frame)
     reg = REGISTRY.get(api_key)
     if reg is None or not reg.min_version <= version <= reg.max_version:
@@ -1714,7 +1713,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  frames kept: {capture_seeds()}", flush=True)
         if args.capture_seeds:
             return 0
-    load_all_apis()
     failures_total = 0
     if args.mode in ("both", "inprocess"):
         seeds = all_seeds(args.seed)

@@ -9,11 +9,11 @@ import os
 
 import pytest
 
-from gregor.cluster.topics import TopicRegistry
 from gregor.config import BrokerConfig
 from gregor.log import segment as segment_mod
 from gregor.log.log_manager import LogManager
 from gregor.log.storage_errors import FD_CACHE, FdCache, PartitionOffline, StorageError
+from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import build_batch, decode_records, iter_batches
 

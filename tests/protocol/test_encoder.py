@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from gregor.protocol import codec, encoder
-from gregor.server.dispatcher import load_all_apis
+from gregor.apis import REGISTRY
 
 SAMPLES = {
     3: {"throttle_time": 5, "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],
@@ -56,7 +56,7 @@ SAMPLES = {
 
 
 def cases():
-    for key, reg in sorted(load_all_apis().items()):
+    for key, reg in sorted(REGISTRY.items()):
         if key not in SAMPLES:
             continue
         for version in range(reg.min_version, reg.max_version + 1):

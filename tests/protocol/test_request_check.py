@@ -12,9 +12,8 @@ from gregor.protocol import codec
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.encoder import encode
 from gregor.protocol.request_check import MAX_ELEMENTS, MalformedRequest, check_request
-from gregor.server.dispatcher import REGISTRY, load_all_apis
+from gregor.apis import REGISTRY
 
-load_all_apis()
 SERVED = sorted((r.api_key, v) for r in REGISTRY.values() for v in range(r.min_version, r.max_version + 1))
 
 

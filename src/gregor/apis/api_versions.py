@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, api_versions_body, handles
 from gregor.protocol.api_keys import ApiKey
-from gregor.server.dispatcher import RequestContext, api_versions_body, handles
 
 
 @handles(ApiKey.API_VERSIONS, 0, 4)

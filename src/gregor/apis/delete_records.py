@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.log.partition_log import PartitionLog
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.dispatcher import RequestContext, handles
 
 log = logging.getLogger(__name__)
 
@@ -26,17 +26,16 @@ HIGH_WATERMARK = -1
 
 @handles(ApiKey.DELETE_RECORDS, 0, 2)
 async def delete_records(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    broker = ctx.broker
     topics = []
     moved: list[PartitionLog] = []
     for t in req.topics:
-        topic = broker.topics.get(t.name)
+        topic = ctx.topics.get(t.name)
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
                                      "error_code": ErrorCode.none}
             try:
-                plog = broker.logs.get(t.name, p.partition_index)
+                plog = ctx.logs.get(t.name, p.partition_index)
                 if topic is None or plog is None:
                     raise KafkaError(ErrorCode.unknown_topic_or_partition)
                 if topic.internal:
@@ -53,7 +52,7 @@ async def delete_records(ctx: RequestContext, req: Any) -> dict[str, Any]:
         topics.append({"name": t.name, "partitions": parts})
     if moved:
         try:
-            broker.logs.write_checkpoints()  # the new start offsets first: a crash after this keeps them
+            ctx.logs.write_checkpoints()  # the new start offsets first: a crash after this keeps them
         except OSError as e:
             log.error("DeleteRecords: cannot write the log start offset checkpoint: %s", e)
             failed = {(pl.topic, pl.partition) for pl in moved}

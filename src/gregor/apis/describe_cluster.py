@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.apis.metadata import CLUSTER_OPERATIONS, OMITTED, broker_entries
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from gregor.server.dispatcher import RequestContext, handles
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 1)
@@ -15,6 +15,6 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
     brokers = [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
                for b in broker_entries(ctx)]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "endpoint_type": 1,
-            "cluster_id": ctx.broker.cluster_id, "controller_id": ctx.broker.node_id, "brokers": brokers,
+            "cluster_id": ctx.cluster.cluster_id, "controller_id": ctx.cluster.controller_id, "brokers": brokers,
             "cluster_authorized_operations": (CLUSTER_OPERATIONS if req.include_cluster_authorized_operations
                                               else OMITTED)}

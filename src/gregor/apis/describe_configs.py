@@ -3,21 +3,18 @@ and groups (GROUP resources, Kafka 4.0). Config sources are Kafka's: a topic ove
 DYNAMIC_TOPIC_CONFIG, a broker key altered at run time DYNAMIC_BROKER_CONFIG (resource name = the
 node id) or DYNAMIC_DEFAULT_BROKER_CONFIG (resource name ""), a key set in server.properties or
 --override STATIC_BROKER_CONFIG, a group override GROUP_CONFIG, the rest DEFAULT_CONFIG. Which
-broker keys may change at run time, and how they persist: ``gregor.dynamic_configs``."""
+broker keys may change at run time, and how they persist: ``gregor.cluster.dynamic_configs``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gregor.cluster.topics import Topic
+from gregor.apis.handler import RequestContext, handles
+from gregor.cluster.dynamic_configs import SERVED
 from gregor.config import KEYS, TOPIC_KEYS
-from gregor.dynamic_configs import SERVED
+from gregor.log.topic_registry import Topic
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.dispatcher import RequestContext, handles
-
-if TYPE_CHECKING:
-    from gregor.broker import Broker
 
 TOPIC, BROKER, GROUP = 2, 4, 32
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
@@ -58,10 +55,10 @@ def _type_of(value: Any, key: str) -> int:
     return TYPE_STRING
 
 
-def topic_config_entries(broker: Broker, topic: Topic, keys: list[str] | None,
+def topic_config_entries(ctx: RequestContext, topic: Topic, keys: list[str] | None,
                          synonyms: bool = False) -> list[dict[str, Any]]:
-    effective = broker.logs.topic_config(topic)
-    dyn = broker.dynamic_configs
+    effective = ctx.logs.topic_config(topic)
+    dyn = ctx.dynamic_configs
     out = []
     for key in sorted(set(TOPIC_KEYS) | set(topic.configs)):
         if keys is not None and key not in keys:
@@ -79,16 +76,16 @@ def topic_config_entries(broker: Broker, topic: Topic, keys: list[str] | None,
             if key in topic.configs:
                 syn.append({"name": key, "value": render(topic.configs[key]), "source": DYNAMIC_TOPIC_CONFIG})
             if broker_key is not None:
-                syn += broker_synonyms(broker, broker_key)
+                syn += broker_synonyms(ctx, broker_key)
         out.append({"name": key, "value": render(value), "read_only": False, "config_source": source,
                     "is_sensitive": False, "synonyms": syn, "config_type": _type_of(value, key),
                     "documentation": None})
     return out
 
 
-def broker_synonyms(broker: Broker, key: str) -> list[dict[str, Any]]:
+def broker_synonyms(ctx: RequestContext, key: str) -> list[dict[str, Any]]:
     """A broker key's values in Kafka's order of precedence (include_synonyms)."""
-    dyn = broker.dynamic_configs
+    dyn = ctx.dynamic_configs
     syn = []
     if key in dyn.per_broker:
         syn.append({"name": key, "value": dyn.per_broker[key], "source": DYNAMIC_BROKER_CONFIG})
@@ -101,16 +98,16 @@ def broker_synonyms(broker: Broker, key: str) -> list[dict[str, Any]]:
     return syn
 
 
-def broker_config_entries(broker: Broker, keys: list[str] | None, synonyms: bool = False) -> list[dict[str, Any]]:
-    dyn = broker.dynamic_configs
+def broker_config_entries(ctx: RequestContext, keys: list[str] | None, synonyms: bool = False) -> list[dict[str, Any]]:
+    dyn = ctx.dynamic_configs
     out: list[dict[str, Any]] = []
     for key, spec in sorted(KEYS.items()):
         if keys is not None and key not in keys:
             continue
-        value = broker.config[key]
+        value = ctx.config[key]
         out.append({"name": key, "value": render(value), "read_only": key not in SERVED,
                     "config_source": dyn.source_of(key), "is_sensitive": False,
-                    "synonyms": broker_synonyms(broker, key) if synonyms else [],
+                    "synonyms": broker_synonyms(ctx, key) if synonyms else [],
                     "config_type": _type_of(value, key), "documentation": spec.doc})
     for key, value, source in dyn.described_inert(keys):  # accepted at run time, no effect here
         out.append({"name": key, "value": value, "read_only": False, "config_source": source,
@@ -119,8 +116,8 @@ def broker_config_entries(broker: Broker, keys: list[str] | None, synonyms: bool
     return sorted(out, key=lambda e: e["name"])
 
 
-def group_config_entries(broker: Broker, group_id: str, keys: list[str] | None) -> list[dict[str, Any]]:
-    values, overrides = broker.dynamic_configs.group_config(group_id)
+def group_config_entries(ctx: RequestContext, group_id: str, keys: list[str] | None) -> list[dict[str, Any]]:
+    values, overrides = ctx.dynamic_configs.group_config(group_id)
     out: list[dict[str, Any]] = []
     for key in sorted(values):
         if keys is not None and key not in keys:
@@ -135,36 +132,35 @@ def group_config_entries(broker: Broker, group_id: str, keys: list[str] | None) 
 
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    broker = ctx.broker
     results = []
     for r in req.resources:
         keys = list(r.configuration_keys) if r.configuration_keys is not None else None
         res: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
                                "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": []}
         if r.resource_type == TOPIC:
-            topic = broker.topics.get(r.resource_name)
+            topic = ctx.topics.get(r.resource_name)
             if topic is None:
                 res["error_code"] = ErrorCode.unknown_topic_or_partition
                 res["error_message"] = f"topic '{r.resource_name}' does not exist"
             else:
-                res["configs"] = topic_config_entries(broker, topic, keys, getattr(req, "include_synonyms", False))
+                res["configs"] = topic_config_entries(ctx, topic, keys, getattr(req, "include_synonyms", False))
         elif r.resource_type == BROKER:
-            if r.resource_name not in ("", str(broker.node_id)):
+            if r.resource_name not in ("", str(ctx.cluster.node_id)):
                 res["error_code"] = ErrorCode.invalid_request
                 res["error_message"] = f"unknown broker '{r.resource_name}'"
             elif r.resource_name == "":  # the cluster-wide defaults: only what was set dynamically, as Kafka
                 res["configs"] = [
                     {"name": k, "value": v, "read_only": False, "config_source": DYNAMIC_DEFAULT_BROKER_CONFIG,
                      "is_sensitive": False, "synonyms": [], "config_type": _type_of(v, k), "documentation": None}
-                    for k, v in sorted(broker.dynamic_configs.cluster_default.items()) if keys is None or k in keys]
+                    for k, v in sorted(ctx.dynamic_configs.cluster_default.items()) if keys is None or k in keys]
             else:
-                res["configs"] = broker_config_entries(broker, keys, getattr(req, "include_synonyms", False))
+                res["configs"] = broker_config_entries(ctx, keys, getattr(req, "include_synonyms", False))
         elif r.resource_type == GROUP:
             if not r.resource_name:
                 res["error_code"] = ErrorCode.invalid_request
                 res["error_message"] = "the group id must not be empty"
             else:
-                res["configs"] = group_config_entries(broker, r.resource_name, keys)
+                res["configs"] = group_config_entries(ctx, r.resource_name, keys)
         else:
             res["error_code"] = ErrorCode.invalid_request
             res["error_message"] = f"resource type {r.resource_type} is not supported"
@@ -181,16 +177,16 @@ def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[str, A
             if r.resource_type == TOPIC:
                 values = {c.name: c.value for c in r.configs}
                 ops = {c.name: c.config_operation for c in r.configs} if incremental else None
-                ctx.broker.alter_topic_configs(r.resource_name, values, ops, req.validate_only)
+                ctx.topics.alter_topic_configs(r.resource_name, values, ops, req.validate_only)
             elif r.resource_type == BROKER:
                 entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
-                ctx.broker.dynamic_configs.alter_broker(r.resource_name, entries, incremental, req.validate_only)
+                ctx.dynamic_configs.alter_broker(r.resource_name, entries, incremental, req.validate_only)
             elif r.resource_type == GROUP:
                 entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
                 if not incremental:  # AlterConfigs replaces every override of the resource
-                    _, overrides = ctx.broker.dynamic_configs.group_config(r.resource_name)
+                    _, overrides = ctx.dynamic_configs.group_config(r.resource_name)
                     entries = [(k, None, 1) for k in overrides] + entries
-                ctx.broker.dynamic_configs.alter_group(r.resource_name, entries, req.validate_only)
+                ctx.dynamic_configs.alter_group(r.resource_name, entries, req.validate_only)
             else:
                 raise KafkaError(ErrorCode.invalid_request, f"resource type {r.resource_type} is not supported")
         except KafkaError as e:

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.apis.metadata import NO_ID, TOPIC_OPERATIONS
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from gregor.server.dispatcher import RequestContext, handles
 
 MAX_PARTITIONS_PER_RESPONSE = 2000
 
 
 @handles(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
 async def describe_topic_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    broker = ctx.broker
-    node = broker.node_id
-    names = sorted({t.name for t in req.topics}) if req.topics else sorted(broker.topics.by_name)
+    topics = ctx.topics
+    names = sorted({t.name for t in req.topics}) if req.topics else topics.names()
     limit = max(1, min(req.response_partition_limit, MAX_PARTITIONS_PER_RESPONSE))
     cursor = req.cursor
     if cursor is not None:
@@ -32,7 +31,7 @@ async def describe_topic_partitions(ctx: RequestContext, req: Any) -> dict[str, 
     out: list[dict[str, Any]] = []
     next_cursor: dict[str, Any] | None = None
     for i, name in enumerate(names):
-        topic = broker.topics.get(name)
+        topic = topics.get(name)
         if topic is None:
             out.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": NO_ID,
                          "is_internal": False, "partitions": [], "topic_authorized_operations": TOPIC_OPERATIONS})
@@ -47,17 +46,17 @@ async def describe_topic_partitions(ctx: RequestContext, req: Any) -> dict[str, 
             "error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id.bytes,
             "is_internal": topic.internal, "topic_authorized_operations": TOPIC_OPERATIONS,
             "partitions": [
-                {"error_code": ErrorCode.none, "partition_index": p, "leader_id": node, "leader_epoch": 0,
-                 "replica_nodes": [node], "isr_nodes": [node], "eligible_leader_replicas": [],
-                 "last_known_elr": [], "offline_replicas": []}
-                for p in range(first, last)
+                {"error_code": ErrorCode.none, "partition_index": p, "leader_id": lp.leader,
+                 "leader_epoch": lp.leader_epoch, "replica_nodes": lp.replicas, "isr_nodes": lp.isr,
+                 "eligible_leader_replicas": [], "last_known_elr": [], "offline_replicas": []}
+                for p in range(first, last) for lp in (ctx.cluster.partition(name, p),)
             ],
         })
         limit -= last - first
         if last < topic.partitions:
             next_cursor = {"topic_name": name, "partition_index": last}
             break
-        if limit == 0 and any(broker.topics.get(n) is not None for n in names[i + 1 :]):
+        if limit == 0 and any(topics.get(n) is not None for n in names[i + 1 :]):
             next_cursor = {"topic_name": names[i + 1], "partition_index": 0}
             break
     return {"throttle_time": 0, "topics": out, "next_cursor": next_cursor}

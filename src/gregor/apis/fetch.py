@@ -20,11 +20,11 @@ import asyncio
 import uuid
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.log.file_region import FileRegion
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
-from gregor.server.dispatcher import RequestContext, handles
 
 INVALID_SESSION_ID = 0
 FINAL_EPOCH = -1
@@ -44,11 +44,11 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     max_wait = req.max_wait.total_seconds()
     # Kafka: the response limit is the smaller of the request's and fetch.max.bytes, and min_bytes
     # never exceeds it
-    max_bytes = min(max(req.max_bytes, 0), ctx.broker.config["fetch.max.bytes"])
+    max_bytes = min(max(req.max_bytes, 0), ctx.config["fetch.max.bytes"])
     min_bytes = min(max(req.min_bytes, 1), max(max_bytes, 1))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
-    metrics = ctx.broker.metrics if ctx.broker.metrics_enabled else None
+    metrics = ctx.metrics
     client_id = ctx.header.client_id or ""
     owners = metrics.attribute_fetch(client_id, ctx.client_host, wanted, ctx.connection_state) if metrics else {}
     while True:
@@ -57,7 +57,7 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
         if total >= min_bytes or any_error or remaining <= 0:
             break
         _close_regions(topics)
-        await ctx.broker.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
+        await ctx.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
     if metrics is not None:
         metrics.account_fetch(owners, wanted, served)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
@@ -80,11 +80,11 @@ Wanted = tuple[str | None, int, int, int, Any, ErrorCode]
 
 def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
     out: list[Wanted] = []
-    topics = ctx.broker.topics
+    topics = ctx.topics
     for ft in req.topics:
         if by_id:
             key = ft.topic_id
-            topic = topics.by_id.get(key) if isinstance(key, uuid.UUID) else None
+            topic = topics.get_by_id(key) if isinstance(key, uuid.UUID) else None
             missing = ErrorCode.unknown_topic_id
         else:
             key = ft.topic
@@ -103,7 +103,7 @@ Served = list[tuple[str, int, int, int]]  # topic, partition, messages, bytes
 
 
 def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted]) -> tuple[list[TopicData], int, bool, Served]:
-    logs = ctx.broker.logs
+    logs = ctx.logs
     served: Served = []
     budget = max_bytes
     total = 0

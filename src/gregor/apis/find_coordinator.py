@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.apis.metadata import broker_entries
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from gregor.server.dispatcher import RequestContext, handles
 
 GROUP, TRANSACTION = 0, 1
 
@@ -26,7 +26,7 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     elif not key and ctx.version < 4:
         entry.update(error_code=ErrorCode.invalid_group_id, error_message="empty group id")
     else:
-        code, message = ctx.broker.coordinator.status(key)
+        code, message = ctx.groups.status(key)
         entry.update(error_code=code, error_message=message)
     if entry["error_code"]:
         entry.update(node_id=-1, host="", port=-1)

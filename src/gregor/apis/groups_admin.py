@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.apis.metadata import GROUP_OPERATIONS, OMITTED
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.dispatcher import RequestContext, handles
 
 
 def _describe(shard: Any, group_id: str) -> Any:
@@ -25,7 +25,7 @@ async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     ops = GROUP_OPERATIONS if getattr(req, "include_authorized_operations", False) else OMITTED
     for group_id in req.groups:
         try:
-            d = ctx.broker.coordinator.read(group_id, functools.partial(_describe, group_id=group_id))
+            d = ctx.groups.read(group_id, functools.partial(_describe, group_id=group_id))
             out.append({"error_code": d.error, "group_id": group_id, "group_state": d.state,
                         "protocol_type": d.protocol_type, "protocol_data": d.protocol_name, "members": d.members,
                         "authorized_operations": ops})
@@ -41,7 +41,7 @@ async def list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     types = {t.lower() for t in getattr(req, "types_filter", ())}
     if types and "classic" not in types:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
-    coordinator = ctx.broker.coordinator
+    coordinator = ctx.groups
     groups = []
     for shard in coordinator.active_shards():
         for group_id, protocol_type, state in shard.list_groups(states):
@@ -56,7 +56,7 @@ async def delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     results = []
     for group_id in req.groups_names:
         try:
-            errors = await ctx.broker.coordinator.write(group_id, functools.partial(_delete, group_id=group_id))
+            errors = await ctx.groups.write(group_id, functools.partial(_delete, group_id=group_id))
             code = errors[group_id]
         except KafkaError as e:
             code = e.code

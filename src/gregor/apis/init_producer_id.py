@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from gregor.server.dispatcher import RequestContext, handles
 
 
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
@@ -16,5 +16,5 @@ async def init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if req.transactional_id is not None:
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
                 "producer_id": -1, "producer_epoch": -1}
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": ctx.broker.producer_ids.next_id(),
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": ctx.producer_ids.next_id(),
             "producer_epoch": 0}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.coordinator.group.group_manager import JoinRequest
 from gregor.coordinator.group.model import JoinResult
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import KafkaError
-from gregor.server.dispatcher import RequestContext, handles
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -27,7 +27,7 @@ async def join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
         client_id=ctx.header.client_id or "", client_host=client_host(ctx),
         require_known_member_id=ctx.version >= 4, reason=getattr(req, "reason", None))
     try:
-        result: JoinResult = await ctx.broker.coordinator.write(req.group_id, lambda s: s.join_group(jr))
+        result: JoinResult = await ctx.groups.write(req.group_id, lambda s: s.join_group(jr))
     except KafkaError as e:
         result = JoinResult(error=e.code, member_id=req.member_id)
     return {

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import KafkaError
-from gregor.server.dispatcher import RequestContext, handles
 
 
 @handles(ApiKey.LEAVE_GROUP, 0, 5)
@@ -16,7 +16,7 @@ async def leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
     else:
         members = [(req.member_id, None, None)]
     try:
-        top, results = await ctx.broker.coordinator.write(req.group_id, lambda s: s.leave_group(req.group_id, members))
+        top, results = await ctx.groups.write(req.group_id, lambda s: s.leave_group(req.group_id, members))
     except KafkaError as e:
         top, results = e.code, []
     if ctx.version < 3 and not top and results:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.log.storage_errors import CorruptBatch
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.dispatcher import RequestContext, handles
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
 
@@ -35,7 +35,7 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 
 def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, entry: dict[str, Any]) -> None:
-    plog = ctx.broker.logs.get(topic, partition)
+    plog = ctx.logs.get(topic, partition)
     if plog is None:
         entry["error_code"] = ErrorCode.unknown_topic_or_partition
     elif ts == LATEST:

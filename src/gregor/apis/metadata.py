@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gregor.cluster.topics import Topic
+from gregor.apis.handler import RequestContext, handles
+from gregor.cluster.metadata import ClusterMetadata
+from gregor.log.topic_registry import Topic
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.dispatcher import RequestContext, handles
 
 NO_ID = b"\x00" * 16
 
@@ -30,55 +31,53 @@ CLUSTER_OPERATIONS = _bits(CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFI
 GROUP_OPERATIONS = _bits(READ, DESCRIBE, DELETE, DESCRIBE_CONFIGS, ALTER_CONFIGS)
 
 
-def topic_entry(topic: Topic, node_id: int, authorized_operations: int = OMITTED) -> dict[str, Any]:
+def topic_entry(topic: Topic, cluster: ClusterMetadata, authorized_operations: int = OMITTED) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.none,
         "name": topic.name,
         "topic_id": topic.topic_id.bytes,
         "is_internal": topic.internal,
         "partitions": [
-            {"error_code": ErrorCode.none, "partition_index": p, "leader_id": node_id, "leader_epoch": 0,
-             "replica_nodes": [node_id], "isr_nodes": [node_id], "offline_replicas": []}
-            for p in range(topic.partitions)
+            {"error_code": ErrorCode.none, "partition_index": p, "leader_id": lp.leader,
+             "leader_epoch": lp.leader_epoch, "replica_nodes": lp.replicas, "isr_nodes": lp.isr,
+             "offline_replicas": []}
+            for p in range(topic.partitions) for lp in (cluster.partition(topic.name, p),)
         ],
         "topic_authorized_operations": authorized_operations,
     }
 
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
-    host, port = ctx.broker.config.advertised()
-    if port == 0:
-        port = ctx.broker.bound_port
-    return [{"node_id": ctx.broker.node_id, "host": host, "port": port, "rack": None}]
+    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in ctx.cluster.brokers()]
 
 
 @handles(ApiKey.METADATA, 0, 12)
 async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    broker = ctx.broker
+    topics_ = ctx.topics
     requested = req.topics
     all_topics = requested is None or (ctx.version == 0 and len(requested) == 0)
-    allow_auto = getattr(req, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
+    allow_auto = getattr(req, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
     topic_ops = TOPIC_OPERATIONS if getattr(req, "include_topic_authorized_operations", False) else OMITTED
     topics: list[dict[str, Any]] = []
     if all_topics:
-        for t in sorted(broker.topics.by_name.values(), key=lambda t: t.name):
-            topics.append(topic_entry(t, broker.node_id, topic_ops))
+        for t in topics_.all():
+            topics.append(topic_entry(t, ctx.cluster, topic_ops))
     else:
         for rt in requested:
             name = rt.name
             if name is None:
                 tid = getattr(rt, "topic_id", None)
-                found = broker.topics.by_id.get(tid) if tid is not None else None
+                found = topics_.get_by_id(tid) if tid is not None else None
                 if found is None:
                     topics.append({"error_code": ErrorCode.unknown_topic_id, "name": None,
                                    "topic_id": tid.bytes if tid else NO_ID, "partitions": []})
                 else:
-                    topics.append(topic_entry(found, broker.node_id, topic_ops))
+                    topics.append(topic_entry(found, ctx.cluster, topic_ops))
                 continue
-            topic = broker.topics.get(name)
+            topic = topics_.get(name)
             if topic is None and allow_auto:
                 try:
-                    topic = broker.create_topic(name, -1, {})
+                    topic = topics_.create_topic(name, -1, {})
                 except KafkaError as e:
                     topics.append({"error_code": e.code, "name": name, "topic_id": NO_ID, "partitions": []})
                     continue
@@ -86,12 +85,12 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 topics.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name,
                                "topic_id": NO_ID, "partitions": []})
             else:
-                topics.append(topic_entry(topic, broker.node_id, topic_ops))
+                topics.append(topic_entry(topic, ctx.cluster, topic_ops))
     return {
         "throttle_time": 0,
         "brokers": broker_entries(ctx),
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "cluster_id": ctx.cluster.cluster_id,
+        "controller_id": ctx.cluster.controller_id,
         "topics": topics,
         # v8-v10 only (moved to DescribeCluster in v11)
         "cluster_authorized_operations": (CLUSTER_OPERATIONS if getattr(req, "include_cluster_authorized_operations",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.coordinator.group.offset_manager import CommitPartition, CommitRequest
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.dispatcher import RequestContext, handles
 
 
 @handles(ApiKey.OFFSET_COMMIT, 2, 9)
@@ -25,7 +25,7 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         errors = {(p.topic, p.partition): ErrorCode.invalid_group_id for p in partitions}
     else:
         try:
-            errors = await ctx.broker.coordinator.write(req.group_id, lambda s: s.commit_offsets(cr))
+            errors = await ctx.groups.write(req.group_id, lambda s: s.commit_offsets(cr))
         except KafkaError as e:
             errors = {(p.topic, p.partition): e.code for p in partitions}
     return {"throttle_time": 0, "topics": [

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.dispatcher import RequestContext, handles
 
 
 @handles(ApiKey.OFFSET_DELETE, 0, 0)
 async def offset_delete(ctx: RequestContext, req: Any) -> dict[str, Any]:
     wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     try:
-        top, errors = await ctx.broker.coordinator.write(req.group_id, lambda s: s.delete_offsets(req.group_id, wanted))
+        top, errors = await ctx.groups.write(req.group_id, lambda s: s.delete_offsets(req.group_id, wanted))
     except KafkaError as e:
         top, errors = e.code, {}
     return {"error_code": top, "throttle_time": 0, "topics": [

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.dispatcher import RequestContext, handles
 
 
 def fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     try:
-        rows = ctx.broker.coordinator.read(group_id, lambda s: s.fetch_offsets(group_id, wanted))
+        rows = ctx.groups.read(group_id, lambda s: s.fetch_offsets(group_id, wanted))
     except KafkaError as e:
         if wanted is None:
             return e.code, []

@@ -8,21 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import CloseConnection, RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.connection import CloseConnection
-from gregor.server.dispatcher import RequestContext, handles
 
 
 @handles(ApiKey.PRODUCE, 3, 11)
 async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
-    broker = ctx.broker
     acks = req.acks
-    notify = broker.logs.notifier.notify
+    notify = ctx.logs.notifier.notify
     responses = []
     for td in req.topic_data:
         name = td.name
-        topic = broker.topics.get(name)
+        topic = ctx.topics.get(name)
         parts = []
         for pd in td.partition_data:
             p = {"index": pd.index, "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
@@ -35,7 +33,7 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                 if topic.internal:
                     raise KafkaError(ErrorCode.invalid_topic_exception,
                                      f"clients may not produce to internal topic '{name}'")
-                plog = broker.logs.get(name, pd.index)
+                plog = ctx.logs.get(name, pd.index)
                 if plog is None:
                     raise KafkaError(ErrorCode.unknown_topic_or_partition,
                                      f"partition {name}-{pd.index} does not exist")

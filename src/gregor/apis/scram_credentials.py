@@ -18,71 +18,20 @@ RESOURCE_NOT_FOUND, a user named twice DUPLICATE_RESOURCE (answered once).
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
-import json
 import logging
-import os
-import weakref
-from pathlib import Path
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
+from gregor.cluster.credentials import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from gregor.server.dispatcher import RequestContext, handles
 
 log = logging.getLogger(__name__)
 
-FILE = "scram-credentials.json"
-MECHANISMS = {1: ("SCRAM-SHA-256", hashlib.sha256), 2: ("SCRAM-SHA-512", hashlib.sha512)}
-MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
-
-
-class ScramStore:
-    """user -> mechanism -> {salt, stored_key, server_key (base64), iterations}."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / FILE
-        self.users: dict[str, dict[int, dict[str, Any]]] = {}
-        try:
-            raw = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return
-        self.users = {u: {int(m): c for m, c in mechs.items()} for u, mechs in raw.items()}
-
-    def save(self, users: dict[str, dict[int, dict[str, Any]]]) -> None:
-        data = json.dumps({u: {str(m): c for m, c in mechs.items()} for u, mechs in users.items() if mechs},
-                          indent=1, sort_keys=True).encode()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-        self.users = users
-
-
-_STORES: weakref.WeakKeyDictionary[Any, ScramStore] = weakref.WeakKeyDictionary()
-
-
-def _store(ctx: RequestContext) -> ScramStore:
-    """The broker's credentials, read from disk on first use."""
-    store = _STORES.get(ctx.broker)
-    if store is None:
-        store = _STORES[ctx.broker] = ScramStore(ctx.broker.data_dir)
-    return store
-
-
 @handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    store = _store(ctx)
+    store = ctx.services.credentials
     if not req.users:
         names = sorted(u for u, mechs in store.users.items() if mechs)
         counts = {u: 1 for u in names}
@@ -119,7 +68,7 @@ def _check(name: str, mechanism: int) -> tuple[ErrorCode, str] | None:
 
 @handles(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def alter_user_scram_credentials(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    store = _store(ctx)
+    store = ctx.services.credentials
     errors: dict[str, tuple[ErrorCode, str]] = {}
     deletions: dict[str, int] = {}
     upsertions: dict[str, Any] = {}

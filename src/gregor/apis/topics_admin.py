@@ -7,20 +7,22 @@ CreateTopicPolicy would), the others are created. Files are made off the event l
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gregor.apis.describe_configs import topic_config_entries
+from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.server.dispatcher import RequestContext, handles
+
+if TYPE_CHECKING:
+    from gregor.config import BrokerConfig
 
 
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
 async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    broker = ctx.broker
     results = []
     seen: set[str] = set()
-    budget = PartitionBudget(broker)
+    budget = PartitionBudget(ctx.config)
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
                                "num_partitions": -1, "replication_factor": -1, "configs": None,
@@ -33,9 +35,9 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 if t.num_partitions != -1 or t.replication_factor != -1:
                     raise KafkaError(ErrorCode.invalid_request,
                                      "give either replica assignments or partitions and replication factor")
-                if any(list(a.broker_ids) != [broker.node_id] for a in t.assignments):
+                if any(list(a.broker_ids) != [ctx.cluster.node_id] for a in t.assignments):
                     raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                     f"this cluster has one broker ({broker.node_id})")
+                                     f"this cluster has one broker ({ctx.cluster.node_id})")
                 partitions = len(t.assignments)
             else:
                 partitions = t.num_partitions
@@ -43,16 +45,16 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 raise KafkaError(ErrorCode.invalid_replication_factor,
                                  f"replication factor {t.replication_factor} is larger than the 1 available broker")
             configs = {c.name: c.value for c in t.configs}
-            budget.take(partitions if partitions != -1 else broker.config["num.partitions"])
-            topic = await broker.create_topic_async(t.name, partitions, configs, validate_only=req.validate_only)
-            res["num_partitions"] = partitions if partitions != -1 else broker.config["num.partitions"]
+            budget.take(partitions if partitions != -1 else ctx.config["num.partitions"])
+            topic = await ctx.topics.create_topic_async(t.name, partitions, configs, validate_only=req.validate_only)
+            res["num_partitions"] = partitions if partitions != -1 else ctx.config["num.partitions"]
             res["replication_factor"] = 1
             if topic is not None:
                 res["topic_id"] = topic.topic_id
                 res["configs"] = [
                     {"name": e["name"], "value": e["value"], "read_only": False,
                      "config_source": e["config_source"], "is_sensitive": False}
-                    for e in topic_config_entries(broker, topic, None)
+                    for e in topic_config_entries(ctx, topic, None)
                 ]
         except KafkaError as e:
             res["error_code"] = e.code
@@ -63,7 +65,6 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 @handles(ApiKey.DELETE_TOPICS, 1, 6)
 async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    broker = ctx.broker
     requests: list[tuple[str | None, Any]]
     if ctx.version >= 6:  # by name or by topic id
         requests = [(t.name, t.topic_id) for t in req.topics]
@@ -74,11 +75,11 @@ async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
         res: dict[str, Any] = {"name": name, "topic_id": tid, "error_code": ErrorCode.none, "error_message": None}
         try:
             if name is None:
-                topic = broker.topics.by_id.get(tid)
+                topic = ctx.topics.get_by_id(tid)
                 if topic is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {tid}")
                 name = res["name"] = topic.name
-            deleted = await broker.delete_topic_async(name)
+            deleted = await ctx.topics.delete_topic_async(name)
             res["topic_id"] = deleted.topic_id
         except KafkaError as e:
             res["error_code"] = e.code
@@ -90,19 +91,19 @@ async def delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     results = []
-    budget = PartitionBudget(ctx.broker)
+    budget = PartitionBudget(ctx.config)
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         try:
             if t.assignments is not None and any(
-                list(a.broker_ids) != [ctx.broker.node_id] for a in t.assignments
+                list(a.broker_ids) != [ctx.cluster.node_id] for a in t.assignments
             ):
                 raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"this cluster has one broker ({ctx.broker.node_id})")
-            existing = ctx.broker.topics.get(t.name)
+                                 f"this cluster has one broker ({ctx.cluster.node_id})")
+            existing = ctx.topics.get(t.name)
             if existing is not None and t.count > existing.partitions:
                 budget.take(t.count - existing.partitions)
-            await ctx.broker.add_partitions_async(t.name, t.count, validate_only=req.validate_only)
+            await ctx.topics.add_partitions_async(t.name, t.count, validate_only=req.validate_only)
         except KafkaError as e:
             res["error_code"] = e.code
             res["error_message"] = e.message
@@ -113,8 +114,8 @@ async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
 class PartitionBudget:
     """What is left of ``topic.creation.max.partitions`` for the rest of one request."""
 
-    def __init__(self, broker: Any) -> None:
-        self.limit = int(broker.config["topic.creation.max.partitions"])
+    def __init__(self, config: BrokerConfig) -> None:
+        self.limit = int(config["topic.creation.max.partitions"])
         self.left = self.limit
 
     def take(self, n: int) -> None:

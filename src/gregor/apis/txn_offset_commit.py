@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from gregor.server.dispatcher import RequestContext, handles
 
 
 @handles(ApiKey.TXN_OFFSET_COMMIT, 0, 3)

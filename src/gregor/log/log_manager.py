@@ -22,14 +22,14 @@ import fcntl
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gregor.cluster.topics import Topic, TopicRegistry, write_partition_metadata
 from gregor.log.checkpoint import read_checkpoint, write_checkpoint
 from gregor.log.partition_log import PartitionLog, now_ms, partition_dir_name
 from gregor.log.storage_errors import FD_CACHE, StorageError, describe
+from gregor.log.topic_registry import Topic, TopicRegistry, write_partition_metadata
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +329,15 @@ class LogManager:
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self.logs.get((topic, partition))
+
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        plog = self.logs.get((topic, partition))
+        return plog.high_watermark if plog is not None else None
+
+    def high_watermarks(self) -> Iterator[tuple[str, int, int]]:
+        """(topic, partition, high watermark) of every partition."""
+        for (topic, partition), plog in self.logs.items():
+            yield topic, partition, plog.high_watermark
 
     # -- background work ---------------------------------------------------------------------
     def flush_due(self) -> None:

@@ -22,10 +22,10 @@ that out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
-from gregor.coordinator.group.model import GroupState
+from gregor.coordinator.group.api import MemberView
 from gregor.protocol.consumer_protocol import decode_assignment
 
 NO_GROUP = "__no_group__"
@@ -33,18 +33,25 @@ Key = tuple[str, str, str, int]  # client id, host, topic, partition
 Position = tuple[str, str, int]  # group, topic, partition
 
 
+class MembersView(Protocol):
+    """What attribution reads of the coordinator (GroupCoordinatorService provides it)."""
+
+    def membership_version(self) -> int: ...
+    def consumer_members(self) -> Iterable[MemberView]: ...
+    def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None: ...
+
+
 class GroupAttribution:
-    def __init__(self, shards: Callable[[], Iterable[Any]], version: Callable[[], int]) -> None:
-        self._shards = shards
-        self._version = version
+    def __init__(self, groups: MembersView) -> None:
+        self._groups = groups
         self._built_for = -1
         self._index: dict[Key, tuple[str, ...]] = {}  # candidates, sorted by name
-        self._shard_of: dict[str, Any] = {}  # live group -> its coordinator shard
+        self._live: set[str] = set()  # groups with members when the index was built
         self._next: dict[Position, int] = {}  # where each group's last fetch of a partition ended
 
     def group_of(self, client_id: str, host: str, topic: str, partition: int, offset: int = -1,
                  connection: dict[Any, Any] | None = None) -> str:
-        v = self._version()
+        v = self._groups.membership_version()
         if v != self._built_for:
             self._index = self._build()
             self._built_for = v
@@ -72,8 +79,7 @@ class GroupAttribution:
             if self._next.get((g, topic, partition)) == offset:
                 return g
         for g in candidates:
-            committed = self._shard_of[g].offsets_mgr.offsets.get(g, {}).get((topic, partition))
-            if committed is not None and committed.offset == offset:
+            if self._groups.committed_offset(g, topic, partition) == offset:
                 return g
         fresh = [g for g in candidates if (g, topic, partition) not in self._next]
         return (fresh or list(candidates))[0]
@@ -82,24 +88,19 @@ class GroupAttribution:
         index: dict[Key, set[str]] = {}
         owned: set[Position] = set()
         live_members: set[tuple[str, str, str]] = set()  # group, client id, host
-        self._shard_of = {}
-        for shard in self._shards():
-            for group in shard.groups.values():
-                if group.protocol_type != "consumer" or group.is_in(GroupState.DEAD, GroupState.EMPTY):
-                    continue
-                self._shard_of[group.group_id] = shard
-                for m in group.members.values():
-                    host = m.client_host.lstrip("/")
-                    live_members.add((group.group_id, m.client_id, host))
-                    for topic, partitions in decode_assignment(m.assignment):
-                        for p in partitions:
-                            index.setdefault((m.client_id, host, topic, p), set()).add(group.group_id)
-                            owned.add((group.group_id, topic, p))
+        self._live = set()
+        for m in self._groups.consumer_members():
+            self._live.add(m.group_id)
+            live_members.add((m.group_id, m.client_id, m.client_host))
+            for topic, partitions in decode_assignment(m.assignment):
+                for p in partitions:
+                    index.setdefault((m.client_id, m.client_host, topic, p), set()).add(m.group_id)
+                    owned.add((m.group_id, topic, p))
         # During a rebalance assignments are cleared until the leader's new one arrives; a member
         # that is still in its group keeps the partitions it was last seen owning.
         for key, groups in self._index.items():
             for group_id in groups:
                 if (group_id, key[2], key[3]) not in owned and (group_id, key[0], key[1]) in live_members:
                     index.setdefault(key, set()).add(group_id)
-        self._next = {pos: o for pos, o in self._next.items() if pos[0] in self._shard_of}
+        self._next = {pos: o for pos, o in self._next.items() if pos[0] in self._live}
         return {key: tuple(sorted(groups)) for key, groups in index.items()}

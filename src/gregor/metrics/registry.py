@@ -9,25 +9,41 @@ offsets and lag come from the coordinator's and the logs' own state.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gregor.metrics.attribution import GroupAttribution
+from gregor.coordinator.group.api import CommittedOffset, GroupSummary
+from gregor.metrics.attribution import GroupAttribution, MembersView
 from gregor.metrics.time_lag import OffsetHistory
 from gregor.protocol.api_keys import ApiKey
 
-if TYPE_CHECKING:
-    from gregor.broker import Broker
+
+class GroupsView(MembersView, Protocol):
+    """What metrics read of the coordinator (GroupCoordinatorService provides it)."""
+
+    def group_summaries(self) -> Iterable[GroupSummary]: ...
+    def committed_offsets(self) -> Iterable[CommittedOffset]: ...
+    def load_seconds(self) -> dict[int, float]: ...
+
+
+class LogsView(Protocol):
+    """What metrics read of the logs (LogManager provides it)."""
+
+    def high_watermark(self, topic: str, partition: int) -> int | None: ...
+    def high_watermarks(self) -> Iterable[tuple[str, int, int]]: ...
 
 
 class BrokerMetrics(Collector):
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        coordinator = broker.coordinator
-        self.attribution = GroupAttribution(coordinator.active_shards, coordinator.membership_version)
+    """``connections()`` counts the open client connections."""
+
+    def __init__(self, groups: GroupsView, logs: LogsView, connections: Callable[[], int]) -> None:
+        self.groups = groups
+        self.logs = logs
+        self.connections = connections
+        self.attribution = GroupAttribution(groups)
         self.consumed: dict[tuple[str, str, int], list[int]] = {}  # (group, topic, partition) -> [messages, bytes]
         self.requests: dict[int, list[float]] = {}  # api key -> [count, seconds]
         self.history = OffsetHistory()
@@ -78,9 +94,9 @@ class BrokerMetrics(Collector):
     def sample_offsets(self) -> None:
         """Called every second: the log end offsets that time lag is estimated from."""
         now = time.time()
-        for (topic, partition), plog in self.broker.logs.logs.items():
+        for topic, partition, hw in self.logs.high_watermarks():
             if not topic.startswith("__"):
-                self.history.sample((topic, partition), plog.high_watermark, now)
+                self.history.sample((topic, partition), hw, now)
 
     # -- scrape ------------------------------------------------------------------------------
     def collect(self) -> Iterator[Any]:
@@ -107,25 +123,21 @@ class BrokerMetrics(Collector):
                                          "loaded on this broker", labels=["group"])
         rebalance_s = GaugeMetricFamily("gregor_group_last_rebalance_seconds", "Duration of the last completed "
                                         "rebalance (PreparingRebalance to the new generation)", labels=["group"])
-        logs = self.broker.logs
-        for shard in self.broker.coordinator.active_shards():
-            for group_id, group in sorted(shard.groups.items()):
-                state.add_metric([group_id, group.state.value], 1)
-                members.add_metric([group_id], len(group.members))
-                generation.add_metric([group_id], group.generation_id)
-                rebalances.add_metric([group_id], group.rebalances)
-                if group.last_rebalance_ms >= 0:
-                    rebalance_s.add_metric([group_id], group.last_rebalance_ms / 1000)
-            for group_id, offsets in sorted(shard.offsets_mgr.offsets.items()):
-                for (topic, partition), v in sorted(offsets.items()):
-                    lv = [group_id, topic, str(partition)]
-                    committed.add_metric(lv, v.offset)
-                    plog = logs.get(topic, partition)
-                    if plog is not None:
-                        hw = plog.high_watermark
-                        end.add_metric(lv, hw)
-                        lag.add_metric(lv, max(hw - v.offset, 0))
-                        time_lag.add_metric(lv, self.history.time_lag((topic, partition), v.offset, hw, now))
+        for g in self.groups.group_summaries():
+            state.add_metric([g.group_id, g.state], 1)
+            members.add_metric([g.group_id], g.members)
+            generation.add_metric([g.group_id], g.generation)
+            rebalances.add_metric([g.group_id], g.rebalances)
+            if g.last_rebalance_ms >= 0:
+                rebalance_s.add_metric([g.group_id], g.last_rebalance_ms / 1000)
+        for c in self.groups.committed_offsets():
+            lv = [c.group_id, c.topic, str(c.partition)]
+            committed.add_metric(lv, c.offset)
+            hw = self.logs.high_watermark(c.topic, c.partition)
+            if hw is not None:
+                end.add_metric(lv, hw)
+                lag.add_metric(lv, max(hw - c.offset, 0))
+                time_lag.add_metric(lv, self.history.time_lag((c.topic, c.partition), c.offset, hw, now))
         yield from (committed, end, lag, time_lag, state, members, generation, rebalances, rebalance_s)
         reqs = SummaryMetricFamily("gregor_request_seconds", "Requests handled, by API", labels=["api"])
         for api, (count, seconds) in sorted(self.requests.items()):
@@ -133,13 +145,13 @@ class BrokerMetrics(Collector):
             reqs.add_metric([name], int(count), seconds)
         yield reqs
         conns = GaugeMetricFamily("gregor_connections", "Open client connections")
-        conns.add_metric([], len(self.broker.connections))
+        conns.add_metric([], self.connections())
         yield conns
         out = CounterMetricFamily("gregor_fetch_bytes", "Record bytes served by Fetch")
         out.add_metric([], self.bytes_out)
         yield out
         loads = GaugeMetricFamily("gregor_coordinator_load_seconds", "Time the last load of each "
                                   "__consumer_offsets partition took", labels=["partition"])
-        for p, rt in sorted(self.broker.coordinator.runtimes.items()):
-            loads.add_metric([str(p)], rt.load_stats[1])
+        for p, seconds in self.groups.load_seconds().items():
+            loads.add_metric([str(p)], seconds)
         yield loads

@@ -32,7 +32,9 @@ from gregor.protocol.partitioner import partition_for_key
 from gregor.protocol.records import build_batch
 
 if TYPE_CHECKING:
-    from gregor.broker import Broker
+    from gregor.cluster.topic_admin import TopicAdmin
+    from gregor.log.log_manager import LogManager
+    from gregor.metrics.registry import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +42,22 @@ TELEMETRY_TOPIC = "__gregor_telemetry"
 
 
 class TelemetryWriter:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    """Writes what ``metrics`` counted and its groups view holds; ``partitions`` is
+    ``telemetry.topic.num.partitions``."""
+
+    def __init__(self, node_id: int, topics: TopicAdmin, logs: LogManager, metrics: BrokerMetrics,
+                 partitions: int) -> None:
+        self.node_id = node_id
+        self.topics = topics
+        self.logs = logs
+        self.metrics = metrics
+        self.partitions = partitions
         self.started_ms = int(time.time() * 1000)
         self._homes: dict[tuple[str, int], int] = {}
 
     def ensure_topic(self) -> None:
-        if self.broker.topics.get(TELEMETRY_TOPIC) is None:
-            self.broker.create_topic(TELEMETRY_TOPIC, self.broker.config["telemetry.topic.num.partitions"],
+        if self.topics.get(TELEMETRY_TOPIC) is None:
+            self.topics.create_topic(TELEMETRY_TOPIC, self.partitions,
                                      {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3_600_000)},
                                      internal=True)
 
@@ -58,32 +68,29 @@ class TelemetryWriter:
         return home
 
     def rows(self) -> list[dict[str, Any]]:
-        b = self.broker
+        metrics = self.metrics
         now_s = time.time()
         now_ms = int(now_s * 1000)
         rows: dict[tuple[str, str, int], dict[str, Any]] = {}
         states: dict[str, tuple[str, int]] = {}
-        for shard in b.coordinator.active_shards():
-            for group_id, group in shard.groups.items():
-                states[group_id] = (group.state.value, len(group.members))
-            for group_id, offsets in shard.offsets_mgr.offsets.items():
-                for (topic, partition), v in offsets.items():
-                    plog = b.logs.get(topic, partition)
-                    if plog is None:
-                        continue
-                    hw = plog.high_watermark
-                    rows[(group_id, topic, partition)] = {
-                        "committed": v.offset, "commit_ts": v.commit_timestamp, "log_end": hw,
-                        "lag": max(hw - v.offset, 0),
-                        "time_lag_s": round(b.metrics.history.time_lag((topic, partition), v.offset, hw, now_s), 3)}
-        for (group_id, topic, partition), (messages, nbytes) in b.metrics.consumed.items():
+        for g in metrics.groups.group_summaries():
+            states[g.group_id] = (g.state, g.members)
+        for c in metrics.groups.committed_offsets():
+            hw = self.logs.high_watermark(c.topic, c.partition)
+            if hw is None:
+                continue
+            rows[(c.group_id, c.topic, c.partition)] = {
+                "committed": c.offset, "commit_ts": c.commit_timestamp, "log_end": hw,
+                "lag": max(hw - c.offset, 0),
+                "time_lag_s": round(metrics.history.time_lag((c.topic, c.partition), c.offset, hw, now_s), 3)}
+        for (group_id, topic, partition), (messages, nbytes) in metrics.consumed.items():
             r = rows.setdefault((group_id, topic, partition), {"committed": None, "commit_ts": None, "log_end": None,
                                                                "lag": None, "time_lag_s": None})
             r["messages"], r["bytes"] = messages, nbytes
         out = []
         for (group_id, topic, partition), r in sorted(rows.items()):
             state, members = states.get(group_id, ("", 0))
-            out.append({"ts": now_ms, "broker": b.node_id, "broker_start": self.started_ms, "group": group_id,
+            out.append({"ts": now_ms, "broker": self.node_id, "broker_start": self.started_ms, "group": group_id,
                         "topic": topic, "partition": partition, "messages": r.get("messages", 0),
                         "bytes": r.get("bytes", 0), "committed": r["committed"], "log_end": r["log_end"],
                         "lag": r["lag"], "time_lag_s": r["time_lag_s"], "state": state,
@@ -91,7 +98,7 @@ class TelemetryWriter:
         return out
 
     def write(self) -> int:
-        topic = self.broker.topics.get(TELEMETRY_TOPIC)
+        topic = self.topics.get(TELEMETRY_TOPIC)
         rows = self.rows()
         if not rows or topic is None:
             return 0
@@ -100,7 +107,7 @@ class TelemetryWriter:
             by_partition.setdefault(self.partition_of(r["group"], topic.partitions), []).append(r)
         written = 0
         for partition, part_rows in sorted(by_partition.items()):
-            plog = self.broker.logs.get(TELEMETRY_TOPIC, partition)
+            plog = self.logs.get(TELEMETRY_TOPIC, partition)
             if plog is None:
                 continue
             for i in range(0, len(part_rows), 1000):
@@ -109,5 +116,5 @@ class TelemetryWriter:
                           json.dumps(r, separators=(",", ":")).encode()) for r in chunk]  # compact: 10% fewer bytes
                 plog.append_batch_unchecked(build_batch(pairs, timestamp=chunk[0]["ts"]))
             written += len(part_rows)
-            self.broker.logs.notifier.notify((TELEMETRY_TOPIC, partition))
+            self.logs.notifier.notify((TELEMETRY_TOPIC, partition))
         return written

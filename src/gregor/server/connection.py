@@ -19,20 +19,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gregor.apis.handler import CloseConnection
 from gregor.log.file_region import FileRegion
-from gregor.protocol import codec
-from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.encoder import encode
-from gregor.protocol.errors import ErrorCode
 from gregor.protocol.framing import FrameDecoder, FrameError
-from gregor.server.dispatcher import REGISTRY, RequestContext, api_versions_body
-
-if TYPE_CHECKING:
-    from gregor.broker import Broker
+from gregor.server.dispatcher import Dispatcher
+from gregor.server.limits import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -41,23 +35,20 @@ MAX_QUEUED_FRAMES = 64
 MAX_QUEUED_BYTES = 1 << 20
 WRITE_HIGH_WATER = 1 << 20
 SEND_CHUNK = 256 * 1024
-API_VERSIONS_V0_UNSUPPORTED = 0
 
 # reasons reading is paused
 _QUEUE_FULL, _NO_MEMORY, _NO_SLOT = 1, 2, 4
 
 
-class CloseConnection(Exception):
-    pass
-
-
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, dispatcher: Dispatcher, limits: ConnectionLimits, connections: set[Any],
+                 max_request_bytes: int) -> None:
+        self.dispatcher = dispatcher
+        self.connections = connections  # every open connection of the listener
         self.id = next(_ids)
-        self.pool = broker.limits.pool
-        self.quotas = broker.limits.quotas
-        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"], self._reserve)
+        self.pool = limits.pool
+        self.quotas = limits.quotas
+        self.decoder = FrameDecoder(max_request_bytes, self._reserve)
         self.queue: deque[bytes] = deque()
         self._queued_bytes = 0
         self._held = 0  # bytes reserved in the request pool: queued, in progress and partial frames
@@ -91,7 +82,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._counted_ip = True
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        self.broker.connections.add(self)
+        self.connections.add(self)
         if self.quotas.has_slot():
             self._activate()
         elif len(self.quotas.waiting) < self.quotas.max_waiting:
@@ -167,7 +158,7 @@ class KafkaConnection(asyncio.Protocol):
         self._closed = True
         self._wakeup.set()
         self._can_write.set()
-        self.broker.connections.discard(self)
+        self.connections.discard(self)
         self.pool.forget(self._memory_available)
         held, self._held = self._held, 0
         if held:
@@ -210,7 +201,7 @@ class KafkaConnection(asyncio.Protocol):
                     self._resume(_QUEUE_FULL)
                 self.busy = True
                 try:
-                    response = await self.handle(frame)
+                    response = await self.dispatcher.handle(frame, self.peer, self.state)
                 finally:
                     self.busy = False
                     self.last_active = self._loop.time()
@@ -274,77 +265,6 @@ class KafkaConnection(asyncio.Protocol):
     @property
     def idle(self) -> bool:
         return not self.queue
-
-
-    async def handle(self, frame: bytes) -> list[bytes | FileRegion] | None:
-        """Answer one request frame; returns the buffers of the size-prefixed response (None: no
-        response)."""
-        try:
-            api_key, version, corr = codec.parse_header_prefix(frame)
-        except codec.RequestDecodeError as e:
-            log.warning("closing connection from %s: %s", self.peer, e)
-            raise CloseConnection from None
-        reg = REGISTRY.get(api_key)
-        if reg is None:
-            log.warning("closing connection from %s: unknown API key %d", self.peer, api_key)
-            raise CloseConnection
-        if not reg.min_version <= version <= reg.max_version:
-            return self._unsupported_version(api_key, version, corr)
-        try:
-            header = codec.parse_header(frame, codec.is_flexible(api_key, version))
-            request = codec.decode_request(api_key, version, frame, header.body_offset)
-        except codec.RequestDecodeError as e:
-            log.warning("closing connection from %s: malformed request: %s", self.peer, e)
-            raise CloseConnection from None
-        ctx = RequestContext(self.broker, header, self.peer.rsplit(":", 1)[0], self.state)
-        started = time.perf_counter()
-        try:
-            result = await reg.handler(ctx, request)
-        except CloseConnection:
-            raise
-        except Exception:
-            log.exception("%s v%d from %s (client %s) failed", ApiKey(api_key).name, version, self.peer,
-                          header.client_id)
-            result = self._error_body(api_key, version, ErrorCode.unknown_server_error)
-            if result is None:
-                raise CloseConnection from None
-        if self.broker.metrics_enabled:
-            self.broker.metrics.request(api_key, time.perf_counter() - started)
-        if result is None:
-            return None
-        head = codec.response_header(api_key, version, corr)
-        if isinstance(result, list):
-            size = len(head) + sum(len(b) for b in result)
-            return [size.to_bytes(4, "big") + head, *result]
-        body = result if isinstance(result, bytes) else encode(codec.response_schema(api_key, version), result)
-        return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
-
-    def _unsupported_version(self, api_key: int, version: int, corr: int) -> list[bytes | FileRegion]:
-        if api_key == ApiKey.API_VERSIONS:
-            # Kafka answers with a v0 response carrying UNSUPPORTED_VERSION and its versions, so
-            # that the client can retry with one it has in common.
-            body = encode(codec.response_schema(api_key, API_VERSIONS_V0_UNSUPPORTED),
-                          api_versions_body(ErrorCode.unsupported_version))
-            return [(4 + len(body)).to_bytes(4, "big") + corr.to_bytes(4, "big", signed=True) + body]
-        result = self._error_body(api_key, version, ErrorCode.unsupported_version)
-        if result is None:
-            log.warning("closing connection from %s: %s v%d is not supported", self.peer,
-                        ApiKey(api_key).name, version)
-            raise CloseConnection
-        body = encode(codec.response_schema(api_key, version), result)
-        head = codec.response_header(api_key, version, corr)
-        return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
-
-    @staticmethod
-    def _error_body(api_key: int, version: int, code: ErrorCode) -> dict[str, Any] | None:
-        """A response carrying ``code`` at the top level, where the schema has such a field."""
-        try:
-            cls = codec.response_schema(api_key, version)
-        except Exception:  # noqa: BLE001 - kio has no schema for that version
-            return None
-        if "error_code" not in getattr(cls, "__dataclass_fields__", {}):
-            return None
-        return {"error_code": code}
 
 
 def close_idle(connections: set[Any], now: float, max_idle: float) -> int:

@@ -1,83 +1,103 @@
-"""The dispatch table: ``@handles(api_key, min, max)`` registers an API handler; the same table
-answers ApiVersions, so what is advertised is exactly what is implemented."""
+"""From a request frame to its response buffers: parse the header, find the handler in the
+registry (``gregor.apis``), decode the body (bounded walk, then kio), run the handler with a
+request context, encode its answer for the negotiated version.
+
+An unknown API key or a malformed header or body raises CloseConnection (the connection closes,
+as Kafka's does); an unsupported version is answered UNSUPPORTED_VERSION where the schema allows.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+import logging
+import time
+from typing import Any
 
+from gregor.apis import REGISTRY
+from gregor.apis.handler import CloseConnection, RequestContext, api_versions_body
+from gregor.apis.services import Services
 from gregor.log.file_region import FileRegion
+from gregor.protocol import codec
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.encoder import encode
 from gregor.protocol.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from gregor.broker import Broker
-    from gregor.protocol.codec import RequestHeader
+log = logging.getLogger("gregor.server.connection")
+
+API_VERSIONS_V0_UNSUPPORTED = 0
 
 
-@dataclass(slots=True)
-class RequestContext:
-    broker: Broker
-    header: RequestHeader
-    client_host: str
-    # state that lives as long as the connection (one client instance): the fetch path keeps the
-    # group each partition's fetches on this connection were attributed to
-    connection_state: dict[Any, Any] = field(default_factory=dict)
+class Dispatcher:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.metrics = services.metrics
 
-    @property
-    def version(self) -> int:
-        return self.header.api_version
+    async def handle(self, frame: bytes, peer: str, connection_state: dict[Any, Any]
+                     ) -> list[bytes | FileRegion] | None:
+        """Answer one request frame; returns the buffers of the size-prefixed response (None: no
+        response)."""
+        try:
+            api_key, version, corr = codec.parse_header_prefix(frame)
+        except codec.RequestDecodeError as e:
+            log.warning("closing connection from %s: %s", peer, e)
+            raise CloseConnection from None
+        reg = REGISTRY.get(api_key)
+        if reg is None:
+            log.warning("closing connection from %s: unknown API key %d", peer, api_key)
+            raise CloseConnection
+        if not reg.min_version <= version <= reg.max_version:
+            return self._unsupported_version(peer, api_key, version, corr)
+        try:
+            header = codec.parse_header(frame, codec.is_flexible(api_key, version))
+            request = codec.decode_request(api_key, version, frame, header.body_offset)
+        except codec.RequestDecodeError as e:
+            log.warning("closing connection from %s: malformed request: %s", peer, e)
+            raise CloseConnection from None
+        ctx = RequestContext(self.services, header, peer.rsplit(":", 1)[0], connection_state)
+        started = time.perf_counter()
+        try:
+            result = await reg.handler(ctx, request)
+        except CloseConnection:
+            raise
+        except Exception:
+            log.exception("%s v%d from %s (client %s) failed", ApiKey(api_key).name, version, peer,
+                          header.client_id)
+            result = error_body(api_key, version, ErrorCode.unknown_server_error)
+            if result is None:
+                raise CloseConnection from None
+        if self.metrics is not None:
+            self.metrics.request(api_key, time.perf_counter() - started)
+        if result is None:
+            return None
+        head = codec.response_header(api_key, version, corr)
+        if isinstance(result, list):
+            size = len(head) + sum(len(b) for b in result)
+            return [size.to_bytes(4, "big") + head, *result]
+        body = result if isinstance(result, bytes) else encode(codec.response_schema(api_key, version), result)
+        return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
+
+    @staticmethod
+    def _unsupported_version(peer: str, api_key: int, version: int, corr: int) -> list[bytes | FileRegion]:
+        if api_key == ApiKey.API_VERSIONS:
+            # Kafka answers with a v0 response carrying UNSUPPORTED_VERSION and its versions, so
+            # that the client can retry with one it has in common.
+            body = encode(codec.response_schema(api_key, API_VERSIONS_V0_UNSUPPORTED),
+                          api_versions_body(ErrorCode.unsupported_version))
+            return [(4 + len(body)).to_bytes(4, "big") + corr.to_bytes(4, "big", signed=True) + body]
+        result = error_body(api_key, version, ErrorCode.unsupported_version)
+        if result is None:
+            log.warning("closing connection from %s: %s v%d is not supported", peer, ApiKey(api_key).name, version)
+            raise CloseConnection
+        body = encode(codec.response_schema(api_key, version), result)
+        head = codec.response_header(api_key, version, corr)
+        return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
 
 
-# A handler returns the response as a dict (built into the version's schema by the connection),
-# as already-encoded body bytes, or as a list of body buffers written one after another (Fetch,
-# so record data is never copied into one big buffer, and large ranges stay in the file as
-# FileRegions until the socket takes them); None means "no response" (acks=0).
-Response = dict[str, Any] | bytes | list[bytes] | list[bytes | FileRegion] | None
-Handler = Callable[[RequestContext, Any], Awaitable[Response]]
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    api_key: int
-    min_version: int
-    max_version: int
-    handler: Handler
-
-
-REGISTRY: dict[int, Registration] = {}
-
-
-def handles(api_key: ApiKey, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        if api_key in REGISTRY:
-            raise RuntimeError(f"{api_key.name} registered twice")
-        REGISTRY[int(api_key)] = Registration(int(api_key), min_version, max_version, fn)
-        return fn
-
-    return register
-
-
-def api_versions_body(error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
-    """The ApiVersions answer: exactly what the dispatch table holds."""
-    return {
-        "error_code": error,
-        "api_keys": [
-            {"api_key": r.api_key, "min_version": r.min_version, "max_version": r.max_version}
-            for r in sorted(REGISTRY.values(), key=lambda r: r.api_key)
-        ],
-        "throttle_time": 0,
-    }
-
-
-def load_all_apis() -> dict[int, Registration]:
-    """Import every module under gregor.apis so that their registrations run."""
-    import importlib
-    import pkgutil
-
-    import gregor.apis as apis
-
-    for mod in pkgutil.iter_modules(apis.__path__):
-        importlib.import_module(f"gregor.apis.{mod.name}")
-    return REGISTRY
+def error_body(api_key: int, version: int, code: ErrorCode) -> dict[str, Any] | None:
+    """A response carrying ``code`` at the top level, where the schema has such a field."""
+    try:
+        cls = codec.response_schema(api_key, version)
+    except Exception:  # noqa: BLE001 - kio has no schema for that version
+        return None
+    if "error_code" not in getattr(cls, "__dataclass_fields__", {}):
+        return None
+    return {"error_code": code}

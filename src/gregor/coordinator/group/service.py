@@ -13,16 +13,18 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from gregor.cluster.topics import TopicRegistry
+from gregor.coordinator.group.api import CommittedOffset, GroupSummary, MemberView
 from gregor.coordinator.group.context import GroupConfig
+from gregor.coordinator.group.model import GroupState
 from gregor.coordinator.group.partitioner import partition_for
 from gregor.coordinator.group.shard import GroupCoordinatorShard
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.coordinator.runtime.timer import Timer
 from gregor.log.log_manager import LogManager
+from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.coordinator")
@@ -165,6 +167,39 @@ class GroupCoordinatorService:
 
     def active_shards(self) -> list[GroupCoordinatorShard]:
         return [rt.shard for rt in self.runtimes.values() if rt.state is ShardState.ACTIVE and rt.shard]
+
+    # -- read-only views (metrics, telemetry) -------------------------------------------------
+    def group_summaries(self) -> Iterator[GroupSummary]:
+        for shard in self.active_shards():
+            for group_id, g in sorted(shard.groups.items()):
+                yield GroupSummary(group_id, g.state.value, len(g.members), g.generation_id, g.rebalances,
+                                   g.last_rebalance_ms)
+
+    def committed_offsets(self) -> Iterator[CommittedOffset]:
+        for shard in self.active_shards():
+            for group_id, offsets in sorted(shard.offsets_mgr.offsets.items()):
+                for (topic, partition), v in sorted(offsets.items()):
+                    yield CommittedOffset(group_id, topic, partition, v.offset, v.commit_timestamp)
+
+    def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        runtime = self.runtimes.get(self.partition_for(group_id))
+        if runtime is None or runtime.state is not ShardState.ACTIVE or runtime.shard is None:
+            return None
+        v = runtime.shard.offsets_mgr.offsets.get(group_id, {}).get((topic, partition))
+        return v.offset if v is not None else None
+
+    def consumer_members(self) -> Iterator[MemberView]:
+        """Members of consumer groups that are neither Empty nor Dead."""
+        for shard in self.active_shards():
+            for group in shard.groups.values():
+                if group.protocol_type != "consumer" or group.is_in(GroupState.DEAD, GroupState.EMPTY):
+                    continue
+                for m in group.members.values():
+                    yield MemberView(group.group_id, m.client_id, m.client_host.lstrip("/"), m.assignment)
+
+    def load_seconds(self) -> dict[int, float]:
+        """How long the last load of each partition took."""
+        return {p: rt.load_stats[1] for p, rt in sorted(self.runtimes.items())}
 
     def membership_version(self) -> int:
         """Changes whenever any group's members or assignments change, or a shard is loaded or

@@ -35,7 +35,8 @@ from gregor.config import KEYS, BrokerConfig, ConfigError
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from gregor.broker import Broker
+    from gregor.log.log_manager import LogManager
+    from gregor.log.topic_registry import TopicRegistry
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +95,15 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 class DynamicConfigs:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.path: Path = broker.data_dir / FILE
-        self.static: dict[str, Any] = dict(broker.config.values)  # server.properties and --override
+    """Alters ``config`` in place and re-applies topic defaults to ``logs``."""
+
+    def __init__(self, config: BrokerConfig, node_id: int, logs: LogManager, registry: TopicRegistry) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.logs = logs
+        self.registry = registry
+        self.path: Path = config.data_dir / FILE
+        self.static: dict[str, Any] = dict(config.values)  # server.properties and --override
         self.per_broker: dict[str, str] = {}
         self.cluster_default: dict[str, str] = {}
         self.groups: dict[str, dict[str, str]] = {}
@@ -133,7 +139,7 @@ class DynamicConfigs:
     def layer(self, resource_name: str) -> dict[str, str]:
         if resource_name == "":
             return self.cluster_default
-        if resource_name == str(self.broker.node_id):
+        if resource_name == str(self.node_id):
             return self.per_broker
         raise KafkaError(ErrorCode.invalid_request, f"unknown broker '{resource_name}'")
 
@@ -143,7 +149,7 @@ class DynamicConfigs:
             return 2  # DYNAMIC_BROKER_CONFIG
         if key in self.cluster_default:
             return 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
-        if key in self.static or key in self.broker.config.ignored:
+        if key in self.static or key in self.config.ignored:
             return 4  # STATIC_BROKER_CONFIG
         return 5  # DEFAULT_CONFIG
 
@@ -204,12 +210,12 @@ class DynamicConfigs:
         return values
 
     def _apply(self, values: dict[str, Any]) -> None:
-        cfg = self.broker.config
+        cfg = self.config
         cfg.values.clear()
         cfg.values.update(values)
-        logs = self.broker.logs
+        logs = self.logs
         logs.defaults = cfg.topic_defaults()
-        for topic in list(self.broker.topics.by_name.values()):
+        for topic in list(self.registry.by_name.values()):
             logs.reconfigure(topic)
 
     def dynamic_value(self, key: str) -> str | None:
@@ -227,7 +233,7 @@ class DynamicConfigs:
 
     # -- group configs -----------------------------------------------------------------------
     def group_defaults(self) -> dict[str, Any]:
-        ignored = self.broker.config.ignored
+        ignored = self.config.ignored
         out: dict[str, Any] = {}
         for key, (broker_key, default, _lo, _hi) in GROUP_KEYS.items():
             out[key] = _as_int(ignored.get(broker_key), default) if isinstance(default, int) else default
@@ -244,7 +250,7 @@ class DynamicConfigs:
         if not group_id:
             raise KafkaError(ErrorCode.invalid_request, "the group id must not be empty")
         new = dict(self.groups.get(group_id, {}))
-        ignored = self.broker.config.ignored
+        ignored = self.config.ignored
         for key, value, op in entries:
             spec = GROUP_KEYS.get(key)
             if spec is None:

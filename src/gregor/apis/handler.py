@@ -1,0 +1,124 @@
+"""The handler contract: what an API handler receives, what it may return, and how it registers.
+
+``@handles(api_key, min, max)`` registers a handler in ``REGISTRY``; the server dispatches from
+that table and answers ApiVersions from it, so what is advertised is exactly what is
+implemented. The package (``gregor.apis``) imports every handler module explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gregor.log.file_region import FileRegion
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from gregor.apis.services import Services
+    from gregor.cluster.dynamic_configs import DynamicConfigs
+    from gregor.cluster.metadata import ClusterMetadata
+    from gregor.cluster.producer_ids import ProducerIdManager
+    from gregor.cluster.topic_admin import TopicAdmin
+    from gregor.config import BrokerConfig
+    from gregor.coordinator.group.service import GroupCoordinatorService
+    from gregor.log.log_manager import LogManager
+    from gregor.metrics.registry import BrokerMetrics
+    from gregor.protocol.codec import RequestHeader
+
+
+class CloseConnection(Exception):
+    """Raised by a handler (or the server) to close the client's connection without answering:
+    what Kafka does, for example, after a failed acks=0 produce."""
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """One request: its header, where it came from, and the broker's services it may use."""
+
+    services: Services
+    header: RequestHeader
+    client_host: str
+    # state that lives as long as the connection (one client instance): the fetch path keeps the
+    # group each partition's fetches on this connection were attributed to
+    connection_state: dict[Any, Any] = field(default_factory=dict)
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    # the services, by name (see apis/services.py)
+    @property
+    def config(self) -> BrokerConfig:
+        return self.services.config
+
+    @property
+    def cluster(self) -> ClusterMetadata:
+        return self.services.cluster
+
+    @property
+    def logs(self) -> LogManager:
+        return self.services.logs
+
+    @property
+    def topics(self) -> TopicAdmin:
+        return self.services.topics
+
+    @property
+    def groups(self) -> GroupCoordinatorService:
+        return self.services.groups
+
+    @property
+    def producer_ids(self) -> ProducerIdManager:
+        return self.services.producer_ids
+
+    @property
+    def dynamic_configs(self) -> DynamicConfigs:
+        return self.services.dynamic_configs
+
+    @property
+    def metrics(self) -> BrokerMetrics | None:
+        """None when metrics are off: nothing is counted on the hot paths."""
+        return self.services.metrics
+
+
+# A handler returns the response as a dict (built into the version's schema by the server), as
+# already-encoded body bytes, or as a list of body buffers written one after another (Fetch, so
+# record data is never copied into one big buffer, and large ranges stay in the file as
+# FileRegions until the socket takes them); None means "no response" (acks=0).
+Response = dict[str, Any] | bytes | list[bytes] | list[bytes | FileRegion] | None
+Handler = Callable[[RequestContext, Any], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+REGISTRY: dict[int, Registration] = {}
+
+
+def handles(api_key: ApiKey, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        if api_key in REGISTRY:
+            raise RuntimeError(f"{api_key.name} registered twice")
+        REGISTRY[int(api_key)] = Registration(int(api_key), min_version, max_version, fn)
+        return fn
+
+    return register
+
+
+def api_versions_body(error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+    """The ApiVersions answer: exactly what the registry holds."""
+    return {
+        "error_code": error,
+        "api_keys": [
+            {"api_key": r.api_key, "min_version": r.min_version, "max_version": r.max_version}
+            for r in sorted(REGISTRY.values(), key=lambda r: r.api_key)
+        ],
+        "throttle_time": 0,
+    }

@@ -1,0 +1,32 @@
+"""The broker's services as the handlers see them: one typed, narrow object each, wired by the
+composition root (``broker.py``). A handler reaches a service through its request context
+(``ctx.logs``, ``ctx.topics``, ``ctx.groups``, ...), never through the broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gregor.cluster.credentials import ScramCredentials
+    from gregor.cluster.dynamic_configs import DynamicConfigs
+    from gregor.cluster.metadata import ClusterMetadata
+    from gregor.cluster.producer_ids import ProducerIdManager
+    from gregor.cluster.topic_admin import TopicAdmin
+    from gregor.config import BrokerConfig
+    from gregor.coordinator.group.service import GroupCoordinatorService
+    from gregor.log.log_manager import LogManager
+    from gregor.metrics.registry import BrokerMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    config: BrokerConfig  # the static configuration (read only)
+    cluster: ClusterMetadata  # this broker's identity, the brokers, the controller
+    logs: LogManager  # partition logs: read, append, wait for appends
+    topics: TopicAdmin  # the topic registry and the topic operations (create, delete, alter)
+    groups: GroupCoordinatorService  # the group coordinator, by named operation
+    producer_ids: ProducerIdManager
+    dynamic_configs: DynamicConfigs  # configs altered at run time (broker, group)
+    credentials: ScramCredentials  # SCRAM credentials (DescribeUserScramCredentials, Alter...)
+    metrics: BrokerMetrics | None  # None when metrics are off

@@ -1,0 +1,47 @@
+"""SCRAM credentials (KIP-554), kept in the form Kafka keeps them (salt, StoredKey, ServerKey,
+iterations; never the salted password) in ``<log.dirs>/scram-credentials.json`` (mode 0600,
+written atomically). Gregor serves no SASL, so they authenticate nothing: they are kept so that
+tooling which manages them works against Gregor as against Kafka."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+FILE = "scram-credentials.json"
+MECHANISMS = {1: ("SCRAM-SHA-256", hashlib.sha256), 2: ("SCRAM-SHA-512", hashlib.sha512)}
+MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
+
+
+class ScramCredentials:
+    """user -> mechanism -> {salt, stored_key, server_key (base64), iterations}."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / FILE
+        self.users: dict[str, dict[int, dict[str, Any]]] = {}
+        try:
+            raw = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return
+        self.users = {u: {int(m): c for m, c in mechs.items()} for u, mechs in raw.items()}
+
+    def save(self, users: dict[str, dict[int, dict[str, Any]]]) -> None:
+        data = json.dumps({u: {str(m): c for m, c in mechs.items()} for u, mechs in users.items() if mechs},
+                          indent=1, sort_keys=True).encode()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self.users = users
