@@ -50,16 +50,17 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     deadline = loop.time() + max_wait
     metrics = ctx.metrics
     client_id = ctx.header.client_id or ""
-    owners = metrics.attribute_fetch(client_id, ctx.client_host, wanted, ctx.connection_state) if metrics else {}
+    positions = [(t, p, offset) for t, p, offset, *_ in wanted if t is not None]
+    owners = metrics.attribute_fetch(client_id, ctx.client_host, positions, ctx.connection_state) if metrics else {}
     while True:
         topics, total, any_error, served = _read_all(ctx, max_bytes, wanted)
         remaining = deadline - loop.time()
         if total >= min_bytes or any_error or remaining <= 0:
             break
         _close_regions(topics)
-        await ctx.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
+        await ctx.logs.notifier.wait([(t, p) for t, p, _ in positions], remaining)
     if metrics is not None:
-        metrics.account_fetch(owners, wanted, served)
+        metrics.account_fetch(owners, positions, served)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
 
 

@@ -20,6 +20,8 @@ from gregor.metrics.attribution import GroupAttribution, MembersView
 from gregor.metrics.time_lag import OffsetHistory
 from gregor.protocol.api_keys import ApiKey
 
+FetchPosition = tuple[str, int, int]  # topic, partition, fetch offset
+
 
 class GroupsView(MembersView, Protocol):
     """What metrics read of the coordinator (GroupCoordinatorService provides it)."""
@@ -52,16 +54,14 @@ class BrokerMetrics(Collector):
         self.registry.register(self)
 
     # -- hot-path hooks ----------------------------------------------------------------------
-    def attribute_fetch(self, client_id: str, host: str, wanted: Iterable[tuple[Any, ...]],
+    def attribute_fetch(self, client_id: str, host: str, positions: Iterable[FetchPosition],
                         connection: dict[Any, Any]) -> dict[tuple[str, int], str]:
-        """The group of each partition a fetch asks for ((topic or None, partition, offset, ...)),
-        when the request arrives: a member that leaves during the long poll was a member when it
-        asked."""
+        """The group of each partition a fetch asks for, when the request arrives: a member that
+        leaves during the long poll was a member when it asked."""
         group_of = self.attribution.group_of
-        return {(t, p): group_of(client_id, host, t, p, offset, connection) for t, p, offset, *_ in wanted
-                if t is not None}
+        return {(t, p): group_of(client_id, host, t, p, offset, connection) for t, p, offset in positions}
 
-    def account_fetch(self, owners: dict[tuple[str, int], str], wanted: Iterable[tuple[Any, ...]],
+    def account_fetch(self, owners: dict[tuple[str, int], str], positions: Iterable[FetchPosition],
                       served: Iterable[tuple[str, int, int, int]]) -> None:
         """Count what a fetch served ((topic, partition, messages, bytes)) to its groups, and note
         where each partition's next fetch should start."""
@@ -69,9 +69,8 @@ class BrokerMetrics(Collector):
         for topic, partition, messages, nbytes in served:
             self.fetched(owners[(topic, partition)], topic, partition, messages, nbytes)
             moved[(topic, partition)] = messages
-        for t, p, offset, *_ in wanted:
-            if t is not None:
-                self.attribution.fetched_up_to(owners[(t, p)], t, p, offset + moved.get((t, p), 0))
+        for t, p, offset in positions:
+            self.attribution.fetched_up_to(owners[(t, p)], t, p, offset + moved.get((t, p), 0))
 
     def fetched(self, group: str, topic: str, partition: int, messages: int, nbytes: int) -> None:
         key = (group, topic, partition)
