@@ -1,6 +1,6 @@
 """Kafka's default partitioner (murmur2): the hash values Kafka's own tests publish, and the
 partitions librdkafka's murmur2 partitioner picks (checked against a real client in
-tests/integration/test_telemetry_layout.py)."""
+tests/integration/test_metrics.py, the telemetry layout)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Pure logic of the connection limits: the request memory pool, per-address counts, the frame
-decoder's reservations, and the new configuration keys."""
+"""Pure logic of the connection limits (server/limits.py): the request memory pool, per-address
+counts, the frame decoder's reservations, and the configuration keys."""
 
 from __future__ import annotations
 
