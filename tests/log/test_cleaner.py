@@ -3,8 +3,7 @@ import asyncio
 from gregor.log.cleaner import clean_partition
 from gregor.protocol import compression
 from gregor.protocol.records import build_batch
-
-from .test_partition_log import read_all
+from tests.support.partition_logs import read_all
 
 
 def test_compaction_keeps_latest_per_key_and_offsets(make_log, clock):

@@ -4,30 +4,12 @@ import pytest
 
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.record_batch import validate_batches
-from gregor.protocol.records import build_batch, decode_records, iter_batches
+from gregor.protocol.records import build_batch, iter_batches
+from tests.support.partition_logs import read_all
 
 
 def batch(n=1, size=10, ts=1_700_000_000_000, key=b"k", **kw):
     return build_batch([(key, b"x" * size)] * n, timestamp=ts, **kw)
-
-
-def read_all(plog, start=None):
-    """Every record from ``start`` to the end, following reads as a consumer would."""
-    offset = plog.log_start_offset if start is None else start
-    out = []
-    while offset < plog.log_end_offset:
-        data = plog.read(offset, 1 << 20).records
-        got = False
-        for h in iter_batches(data):
-            for r in decode_records(data, h):
-                if r.offset >= offset:
-                    out.append(r)
-                    got = True
-            offset = h.next_offset
-        assert got or not data
-        if not data:
-            break
-    return out
 
 
 def test_offsets_are_assigned_contiguously(make_log):
