@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gregor.lagreport import charts, rules
-from tests.integration.conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 TOPIC = "events"
 WINDOW = 7

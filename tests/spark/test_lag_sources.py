@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from gregor.lagreport import job
 from gregor.lagreport.job import JobOptions
 from gregor.protocol.partitioner import partition_for_key
-from tests.spark.test_lag_windows import history
+from tests.support.lag_histories import history
 
 PARTITIONS = 3
 

@@ -13,9 +13,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.conftest import free_port
-
-from .conftest import new_session
+from tests.support.broker_process import free_port
+from tests.support.spark_session import new_session
 
 
 def wait_port(port, timeout=60):
