@@ -160,10 +160,10 @@ def load(records: int) -> tuple[float, float]:
     file size in MB. Written with the broker's own encoders, 1,000 records a batch."""
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.context import GroupConfig
-    from gregor.coordinator.group.records import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value
     from gregor.coordinator.group.shard import GroupCoordinatorShard
     from gregor.coordinator.runtime.shard_runtime import ShardRuntime
     from gregor.log.partition_log import PartitionLog, now_ms
+    from gregor.protocol.consumer_offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value
     from gregor.protocol.records import build_batch
 
     cfg = BrokerConfig.from_mapping({}).topic_defaults()

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from gregor.config import KEYS  # noqa: E402
-from gregor.coordinator.group import records  # noqa: E402
+from gregor.protocol import consumer_offsets as records  # noqa: E402
 from gregor.protocol.partitioner import partition_for_key  # noqa: E402
 from peers import gregor  # noqa: E402
 

@@ -10,10 +10,10 @@ from typing import Any
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.group_manager import JoinRequest, SyncRequest
 from gregor.coordinator.group.offset_manager import CommitPartition, CommitRequest
-from gregor.coordinator.group.records import decode_key, decode_value, encode_key, encode_value
 from gregor.coordinator.group.shard import GroupCoordinatorShard
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
 from gregor.coordinator.runtime.timer import ManualClock, ManualTimer
+from gregor.protocol.consumer_offsets import decode_key, decode_value, encode_key, encode_value
 
 DEFAULT = GroupConfig(initial_rebalance_delay_ms=0)
 

@@ -1,6 +1,6 @@
 """The classic group state machine, without network: every transition and Kafka's error codes."""
 
-from gregor.coordinator.group.records import GroupMetadataKey
+from gregor.protocol.consumer_offsets import GroupMetadataKey
 from gregor.protocol.errors import ErrorCode as E
 
 from .context import ShardContext
@@ -62,7 +62,7 @@ def test_full_rebalance_and_sync_with_leader_assignment_written():
     group = ctx.shard.groups["g"]
     assert group.leader_id in ids and len(group.members) == 3
     # the leader's assignment was written as a GroupMetadata record before the syncs were answered
-    from gregor.coordinator.group.records import decode_key, decode_value
+    from gregor.protocol.consumer_offsets import decode_key, decode_value
 
     last = [(decode_key(k), v) for k, v in ctx.log if isinstance(decode_key(k), GroupMetadataKey)][-1]
     value = decode_value(last[0], last[1])

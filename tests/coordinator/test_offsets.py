@@ -1,6 +1,6 @@
 """Offset commits, fetches, deletion and expiry on the shard state machine."""
 
-from gregor.coordinator.group.records import GroupMetadataKey, OffsetCommitKey
+from gregor.protocol.consumer_offsets import GroupMetadataKey, OffsetCommitKey
 from gregor.protocol.errors import ErrorCode as E
 
 from .context import ShardContext

@@ -7,7 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gregor.config import BrokerConfig
-from gregor.coordinator.group.records import (
+from gregor.coordinator.group.shard import GroupCoordinatorShard
+from gregor.coordinator.runtime.shard_runtime import ShardRuntime
+from gregor.coordinator.runtime.timer import ManualClock, ManualTimer
+from gregor.log.partition_log import PartitionLog, now_ms
+from gregor.protocol.consumer_offsets import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -15,10 +19,6 @@ from gregor.coordinator.group.records import (
     encode_key,
     encode_value,
 )
-from gregor.coordinator.group.shard import GroupCoordinatorShard
-from gregor.coordinator.runtime.shard_runtime import ShardRuntime
-from gregor.coordinator.runtime.timer import ManualClock, ManualTimer
-from gregor.log.partition_log import PartitionLog, now_ms
 from gregor.protocol.records import build_batch
 
 from .context import DEFAULT

@@ -9,7 +9,10 @@ from gregor.config import BrokerConfig
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.group_manager import JoinRequest
 from gregor.coordinator.group.offset_manager import CommitPartition, CommitRequest
-from gregor.coordinator.group.records import (
+from gregor.coordinator.group.shard import GroupCoordinatorShard
+from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
+from gregor.log.partition_log import PartitionLog, now_ms
+from gregor.protocol.consumer_offsets import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -18,9 +21,6 @@ from gregor.coordinator.group.records import (
     encode_key,
     encode_value,
 )
-from gregor.coordinator.group.shard import GroupCoordinatorShard
-from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
-from gregor.log.partition_log import PartitionLog, now_ms
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import build_batch
 

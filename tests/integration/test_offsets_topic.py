@@ -6,8 +6,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gregor.coordinator.group.partitioner import partition_for
-from gregor.coordinator.group.records import GroupMetadataKey, OffsetCommitKey, decode_key, decode_value
+from gregor.protocol.consumer_offsets import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    decode_key,
+    decode_value,
+    partition_for,
+)
 from gregor.protocol.errors import ErrorCode
 
 from .wire import Wire

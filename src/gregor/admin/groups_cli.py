@@ -10,12 +10,10 @@ from typing import Any
 
 from gregor.admin.client import AdminClient, AdminError
 from gregor.admin.output import add_action, add_common_options, emit
-from gregor.coordinator.group.partitioner import java_string_hashcode, kafka_abs
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, java_string_hashcode, kafka_abs
 from gregor.protocol.consumer_protocol import decode_assignment
 from gregor.protocol.errors import ErrorCode
-
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def add_parser(sub: Any) -> None:

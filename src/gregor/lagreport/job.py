@@ -37,9 +37,9 @@ from typing import Any
 from gregor.lagreport import rules
 from gregor.lagreport.fields import TELEMETRY_SCHEMA
 from gregor.metrics.telemetry import TELEMETRY_TOPIC
+from gregor.protocol.consumer_offsets import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
-OFFSETS_TOPIC = "__consumer_offsets"
 KEY = ["group", "topic", "partition"]
 STATUS_RANK = {rules.OK: 0, rules.WARNING: 1, rules.STALL: 2, rules.STOP: 3, rules.REWIND: 4}
 TABLES = ("samples", "commits", "group_timeline", "partition_throughput", "partition_status", "group_status",

@@ -151,7 +151,7 @@ class SamplesReader(DataSourceReader):
 
 def decode_commits(pairs: Iterator[tuple[bytes | None, bytes | None]]) -> dict[str, list[Any]]:
     """``__consumer_offsets`` (key, value) pairs -> columns of the offset commits among them."""
-    from gregor.coordinator.group import records
+    from gregor.protocol import consumer_offsets as records
 
     cols: dict[str, list[Any]] = {name: [] for name, _kind in COMMITS_FIELDS}
     group, topic, partition, offset = cols["group"], cols["topic"], cols["partition"], cols["offset"]

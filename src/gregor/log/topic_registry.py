@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from gregor.atomic_file import write_atomically
+from gregor.protocol.consumer_offsets import OFFSETS_TOPIC
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state"})
 
 
 def validate_topic_name(name: str) -> None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState, JoinResult, Member, SyncResult
-from gregor.coordinator.group.records import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred, Record
+from gregor.protocol.consumer_offsets import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger("gregor.coordinator")

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState
-from gregor.coordinator.group.records import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
+from gregor.protocol.consumer_offsets import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger("gregor.coordinator")

@@ -19,17 +19,16 @@ from typing import Any
 from gregor.coordinator.group.api import CommittedOffset, GroupSummary, MemberView
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.model import GroupState
-from gregor.coordinator.group.partitioner import partition_for
 from gregor.coordinator.group.shard import GroupCoordinatorShard
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.coordinator.runtime.timer import Timer
 from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import TopicRegistry
+from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, partition_for
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.coordinator")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 RELOAD_BACKOFF_S = 5.0
 
 

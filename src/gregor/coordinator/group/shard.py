@@ -15,14 +15,14 @@ from gregor.coordinator.group.context import GroupConfig, ShardContext
 from gregor.coordinator.group.group_manager import GroupManager, JoinRequest, SyncRequest
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.group.offset_manager import CommitRequest, OffsetManager, TopicPartition
-from gregor.coordinator.group.records import (
+from gregor.coordinator.runtime.result import CoordinatorResult, Record
+from gregor.coordinator.runtime.timer import Timer
+from gregor.protocol.consumer_offsets import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
 )
-from gregor.coordinator.runtime.result import CoordinatorResult, Record
-from gregor.coordinator.runtime.timer import Timer
 from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger("gregor.coordinator")

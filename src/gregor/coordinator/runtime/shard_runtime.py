@@ -24,11 +24,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gregor.coordinator.group.records import RecordFormatError, decode_key, decode_value, encode_key, encode_value
 from gregor.coordinator.group.shard import GroupCoordinatorShard
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
 from gregor.coordinator.runtime.timer import EventLoopTimer, Timer
 from gregor.log.partition_log import PartitionLog
+from gregor.protocol.consumer_offsets import RecordFormatError, decode_key, decode_value, encode_key, encode_value
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import build_batch, iter_batches, iter_key_values
 

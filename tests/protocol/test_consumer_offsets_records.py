@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from gregor.coordinator.group.records import (
+from gregor.protocol.consumer_offsets import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,

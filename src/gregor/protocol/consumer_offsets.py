@@ -1,6 +1,12 @@
-"""``__consumer_offsets`` record formats, byte-compatible with Apache Kafka.
+"""``__consumer_offsets``: the topic's name, which partition owns a group, and its record
+formats, byte-compatible with Apache Kafka. A wire format: the group coordinator writes and
+reads these records, and the lag report and the CLI read the same bytes and placement without
+importing the coordinator.
 
-Every record key and value starts with an int16 version. Keys:
+**Placement** (``partition_for``): Kafka's ``Utils.abs(groupId.hashCode()) %
+offsets.topic.num.partitions``, the hash being Java's ``String.hashCode`` over UTF-16 code units.
+
+**Records.** Every record key and value starts with an int16 version. Keys:
 - version 0 or 1: OffsetCommitKey  (group string, topic string, partition int32)
 - version 2:      GroupMetadataKey (group string)
 Values (null = tombstone):
@@ -13,7 +19,8 @@ Values (null = tombstone):
 
 Gregor writes what Kafka's own coordinator writes for these groups: key v1 and OffsetCommitValue
 v3 (v1 when the commit carries an expire timestamp), GroupMetadataKey v2 and GroupMetadataValue v3,
-so Kafka's tools (and Burrow, kafka-lag-exporter, ...) decode them. It reads every version.
+so Kafka's tools (and Burrow, kafka-lag-exporter, ...) decode them. It reads every version; a
+record it cannot read raises RecordFormatError.
 """
 
 from __future__ import annotations
@@ -21,6 +28,32 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from gregor.protocol.varint import read_uvarint, write_uvarint
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+# -- placement --------------------------------------------------------------------------------
+def java_string_hashcode(s: str) -> int:
+    """Java's String.hashCode: s[0]*31^(n-1) + ... over UTF-16 code units, int32 wrap-around."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's Utils.abs: Integer.MIN_VALUE maps to 0 (Math.abs would keep it negative)."""
+    return 0 if n == -(2**31) else abs(n)
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition that owns ``group_id``."""
+    return kafka_abs(java_string_hashcode(group_id)) % partitions
+
+
+# -- records ----------------------------------------------------------------------------------
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
@@ -29,7 +62,7 @@ GROUP_METADATA_VALUE_VERSION = 3
 
 
 class RecordFormatError(ValueError):
-    pass
+    """A key or value that is truncated, malformed or of an unknown version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +128,7 @@ class _Writer:
         self.out += struct.pack(">q", v)
 
     def uvarint(self, n: int) -> None:
-        while n >= 0x80:
-            self.out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        self.out.append(n)
+        write_uvarint(self.out, n)
 
     def string(self, s: str | None) -> None:
         if s is None:
@@ -218,15 +248,8 @@ class _Reader:
         return int(struct.unpack(">q", self._take(8))[0])
 
     def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            b = self._take(1)[0]
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 35:
-                raise RecordFormatError("varint too long")
+        value, self.pos = read_uvarint(self.data, self.pos, len(self.data), RecordFormatError)
+        return value
 
     def string(self) -> str | None:
         n = self.uvarint() - 1 if self.flexible else self.i16()

@@ -1,6 +1,6 @@
 import pytest
 
-from gregor.coordinator.group.partitioner import java_string_hashcode, kafka_abs, partition_for
+from gregor.protocol.consumer_offsets import java_string_hashcode, kafka_abs, partition_for
 
 
 @pytest.mark.parametrize("s,expected", [
