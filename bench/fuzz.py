@@ -101,10 +101,11 @@ from typing import Any
 
 import cramjam
 
+from gregor.apis import REGISTRY
 from gregor.protocol import codec, compression, records
 from gregor.protocol import record_batch as rb
 from gregor.protocol.framing import FrameDecoder, FrameError
-from gregor.apis import REGISTRY
+from gregor.protocol.varint import uvarint_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED_DIR = ROOT / "bench" / "fuzz-seeds"
@@ -501,19 +502,9 @@ def all_seeds(seed: int = 0) -> dict[str, list[bytes]]:
 I32 = [0, 1, -1, 2**31 - 1, -(2**31), 0xFFFF, 0x10000, 2**31 - 2, 0x40000000, 0x3FFFFFFF, 0x01000000, 0x7FFF, -2]
 I16 = [0, 1, -1, 0x7FFF, -0x8000, 0xFF, 0x100, -2]
 BYTES = [0, 1, 2, 0x7F, 0x80, 0xFF, 0xFE, 0x0F, 0x3F]
-
-
-def uvarint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-VARINTS = [uvarint(v) for v in (0, 1, 2, 127, 128, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 1, 2**32, 2**35, 2**63,
-                                2**64 - 1, 0x10000, 0x100000)] + [b"\x80" * 9 + b"\x01", b"\xff" * 10, b"\x80\x00"]
+VARINTS = [uvarint_bytes(v) for v in (0, 1, 2, 127, 128, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 1, 2**32, 2**35,
+                                      2**63, 2**64 - 1, 0x10000, 0x100000)] + [b"\x80" * 9 + b"\x01", b"\xff" * 10,
+                                                                               b"\x80\x00"]
 
 
 class Mutator:

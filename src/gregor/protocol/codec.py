@@ -28,7 +28,8 @@ from kio.serial.errors import SerialError
 
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from gregor.protocol.request_check import MalformedRequest, check_request, read_uvarint
+from gregor.protocol.request_check import MalformedRequest, check_request
+from gregor.protocol.varint import read_uvarint
 
 _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
@@ -71,10 +72,10 @@ def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
     if flexible:
         end = len(frame)
         try:
-            count, pos = read_uvarint(frame, pos, end)
+            count, pos = read_uvarint(frame, pos, end, MalformedRequest)
             for _ in range(count):
-                _tag, pos = read_uvarint(frame, pos, end)
-                size, pos = read_uvarint(frame, pos, end)
+                _tag, pos = read_uvarint(frame, pos, end, MalformedRequest)
+                size, pos = read_uvarint(frame, pos, end, MalformedRequest)
                 pos += size
         except MalformedRequest as e:
             raise RequestDecodeError(f"request header: {e}") from None

@@ -33,6 +33,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from gregor.protocol.varint import write_uvarint
+
 Out = bytearray
 Write = Callable[[Out, Any], None]
 
@@ -45,13 +47,6 @@ _FIXED = {
 }
 _ZERO_UUID = b"\x00" * 16
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
-
-
-def uvarint(out: Out, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
 
 
 def _to_ms(v: Any) -> int:
@@ -91,7 +86,7 @@ def _primitive(kafka_type: str, flexible: bool, nullable: bool) -> Write:
                         return
                     v = empty  # null in a version where the field is not nullable yet
                 b = v.encode() if is_str else v
-                uvarint(out, len(b) + 1)
+                write_uvarint(out, len(b) + 1)
                 out += b
             return write_compact
         size = struct.Struct(">h" if is_str else ">i").pack
@@ -115,7 +110,7 @@ def _array(item: Write, flexible: bool) -> Write:
             if items is None:
                 out.append(0)
                 return
-            uvarint(out, len(items) + 1)
+            write_uvarint(out, len(items) + 1)
             for x in items:
                 item(out, x)
         return write_compact_array
@@ -218,10 +213,10 @@ def entity_encoder(cls: Any) -> Write:
             buf = bytearray()
             write(buf, data[name])
             fields_out.append((tag, buf))
-        uvarint(out, len(fields_out))
+        write_uvarint(out, len(fields_out))
         for tag, buf in fields_out:
-            uvarint(out, tag)
-            uvarint(out, len(buf))
+            write_uvarint(out, tag)
+            write_uvarint(out, len(buf))
             out += buf
 
     return encode

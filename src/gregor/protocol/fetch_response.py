@@ -14,19 +14,11 @@ import uuid
 from dataclasses import dataclass, field
 
 from gregor.log.file_region import FileRegion
+from gregor.protocol.varint import write_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_V4 = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @dataclass(slots=True)
@@ -54,15 +46,25 @@ def encode_fetch_response(version: int, error_code: int, session_id: int,
     buf += _I32.pack(0)  # throttle_time_ms
     if version >= 7:
         buf += _I16.pack(error_code) + _I32.pack(session_id)
-    buf += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    if flexible:
+        write_uvarint(buf, len(topics) + 1)
+    else:
+        buf += _I32.pack(len(topics))
     for t in topics:
         if version >= 13:
             assert isinstance(t.topic, uuid.UUID)
             buf += t.topic.bytes
         else:
             name = str(t.topic).encode()
-            buf += _uvarint(len(name) + 1) + name if flexible else _I16.pack(len(name)) + name
-        buf += _uvarint(len(t.partitions) + 1) if flexible else _I32.pack(len(t.partitions))
+            if flexible:
+                write_uvarint(buf, len(name) + 1)
+            else:
+                buf += _I16.pack(len(name))
+            buf += name
+        if flexible:
+            write_uvarint(buf, len(t.partitions) + 1)
+        else:
+            buf += _I32.pack(len(t.partitions))
         for p in t.partitions:
             buf += _PART_V4.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
             if version >= 5:
@@ -71,7 +73,10 @@ def encode_fetch_response(version: int, error_code: int, session_id: int,
             if version >= 11:
                 buf += b"\xff\xff\xff\xff"  # preferred_read_replica: -1
             n = len(p.records)
-            buf += _uvarint(n + 1) if flexible else _I32.pack(n)
+            if flexible:
+                write_uvarint(buf, n + 1)
+            else:
+                buf += _I32.pack(n)
             if n:
                 parts.append(bytes(buf))
                 parts.append(p.records)

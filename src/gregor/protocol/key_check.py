@@ -17,7 +17,7 @@ import cramjam
 
 from gregor.protocol import compression
 from gregor.protocol.record_batch import HEADER_SIZE, BatchHeader, InvalidBatch
-from gregor.protocol.records import read_varint
+from gregor.protocol.varint import read_varint
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16
@@ -93,14 +93,14 @@ def _walk(data: memoryview, count: int) -> list[int]:
     missing: list[int] = []
     pos, n = 0, len(data)
     for i in range(count):
-        length, pos = read_varint(data, pos, n)
+        length, pos = read_varint(data, pos, n, InvalidBatch)
         end = pos + length
         if length < 0 or end > n:
             raise InvalidBatch("record length out of bounds")
         pos += 1  # attributes
-        _ts_delta, pos = read_varint(data, pos, end)
-        _offset_delta, pos = read_varint(data, pos, end)
-        key_len, pos = read_varint(data, pos, end)
+        _ts_delta, pos = read_varint(data, pos, end, InvalidBatch)
+        _offset_delta, pos = read_varint(data, pos, end, InvalidBatch)
+        key_len, pos = read_varint(data, pos, end, InvalidBatch)
         if key_len < 0:
             missing.append(i)
         elif pos + key_len > end:

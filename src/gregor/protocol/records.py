@@ -24,6 +24,7 @@ from gregor.protocol.record_batch import (
     InvalidBatch,
     read_header,
 )
+from gregor.protocol.varint import read_varint, write_varint
 
 
 @dataclass(slots=True)
@@ -35,38 +36,8 @@ class Record:
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
 
 
-def read_varint(buf: bytes | memoryview, pos: int, end: int | None = None) -> tuple[int, int]:
-    """A zigzag varint (record fields) at ``pos``, read no further than ``end`` (default: the
-    buffer's end)."""
-    if end is None:
-        end = len(buf)
-    shift = 0
-    result = 0
-    while True:
-        if pos >= end:
-            raise InvalidBatch("varint truncated")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            raise InvalidBatch("varint too long")
-    return (result >> 1) ^ -(result & 1), pos
-
-
-def _write_varint(out: bytearray, value: int) -> None:
-    v = (value << 1) ^ (value >> 63)
-    v &= (1 << 64) - 1
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
 def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    n, pos = read_varint(buf, pos)
+    n, pos = read_varint(buf, pos, len(buf), InvalidBatch)
     if n < 0:
         return None, pos
     if pos + n > len(buf):
@@ -90,16 +61,16 @@ def decode_records(buf: bytes | bytearray | memoryview, h: BatchHeader) -> list[
     body = bytes(buf[h.position + HEADER_SIZE : h.position + h.size])
     data = compression.decompress(h.compression, body)
     out: list[Record] = []
-    pos = 0
+    pos, n = 0, len(data)
     for _ in range(h.records_count):
-        length, pos = read_varint(data, pos)
+        length, pos = read_varint(data, pos, n, InvalidBatch)
         end = pos + length
         pos += 1  # record attributes, unused
-        ts_delta, pos = read_varint(data, pos)
-        off_delta, pos = read_varint(data, pos)
+        ts_delta, pos = read_varint(data, pos, n, InvalidBatch)
+        off_delta, pos = read_varint(data, pos, n, InvalidBatch)
         key, pos = _read_bytes(data, pos)
         value, pos = _read_bytes(data, pos)
-        n_headers, pos = read_varint(data, pos)
+        n_headers, pos = read_varint(data, pos, n, InvalidBatch)
         headers: list[tuple[str, bytes | None]] = []
         for _h in range(n_headers):
             hk, pos = _read_bytes(data, pos)
@@ -115,25 +86,25 @@ def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key: bytes |
                   value: bytes | None, headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
     body = bytearray()
     body.append(0)
-    _write_varint(body, ts_delta)
-    _write_varint(body, offset_delta)
+    write_varint(body, ts_delta)
+    write_varint(body, offset_delta)
     for part in (key, value):
         if part is None:
-            _write_varint(body, -1)
+            write_varint(body, -1)
         else:
-            _write_varint(body, len(part))
+            write_varint(body, len(part))
             body += part
-    _write_varint(body, len(headers))
+    write_varint(body, len(headers))
     for hk, hv in headers:
         kb = hk.encode()
-        _write_varint(body, len(kb))
+        write_varint(body, len(kb))
         body += kb
         if hv is None:
-            _write_varint(body, -1)
+            write_varint(body, -1)
         else:
-            _write_varint(body, len(hv))
+            write_varint(body, len(hv))
             body += hv
-    _write_varint(out, len(body))
+    write_varint(out, len(body))
     out += body
 
 
@@ -197,7 +168,7 @@ def _key_values(data: bytes, count: int) -> list[tuple[bytes | None, bytes | Non
             length = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            length, pos = read_varint(data, pos)
+            length, pos = read_varint(data, pos, n, InvalidBatch)
         end = pos + length
         if end > n or length < 0:
             raise InvalidBatch("record length out of bounds")
@@ -211,7 +182,7 @@ def _key_values(data: bytes, count: int) -> list[tuple[bytes | None, bytes | Non
             klen = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            klen, pos = read_varint(data, pos)
+            klen, pos = read_varint(data, pos, n, InvalidBatch)
         key = None
         if klen >= 0:
             key = data[pos : pos + klen]
@@ -221,7 +192,7 @@ def _key_values(data: bytes, count: int) -> list[tuple[bytes | None, bytes | Non
             vlen = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            vlen, pos = read_varint(data, pos)
+            vlen, pos = read_varint(data, pos, n, InvalidBatch)
         value = None
         if vlen >= 0:
             value = data[pos : pos + vlen]

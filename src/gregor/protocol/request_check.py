@@ -34,7 +34,7 @@ from typing import Any
 
 from kio.serial._introspect import get_field_tag, get_schema_field_type
 
-from gregor.protocol.encoder import uvarint
+from gregor.protocol.varint import read_uvarint, write_uvarint
 
 # Every array element of a request counts against this (kio builds one Python object or value
 # per element). Real requests stay far below: a Fetch of 10,000 partitions, a CreateTopics of
@@ -66,21 +66,6 @@ class _Walk:
 
 # A checker: (buffer, position, end, walk) -> position after the value.
 Check = Callable[[bytes, int, int, _Walk], int]
-
-
-def read_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """An unsigned varint of at most 5 bytes (Kafka's limit for 32-bit varints)."""
-    result = shift = 0
-    for _ in range(5):
-        if pos >= end:
-            raise MalformedRequest("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-    raise MalformedRequest("varint longer than 5 bytes")
 
 
 def _truncated(what: str) -> MalformedRequest:
@@ -122,7 +107,7 @@ def _length(name: str, flexible: bool, nullable: bool, width: int) -> ReadLength
     it), n = -1 for null; null where it is not allowed is malformed."""
     if flexible:
         def compact(buf: bytes, pos: int, end: int, w: _Walk) -> tuple[int, int]:
-            n, pos = read_uvarint(buf, pos, end)
+            n, pos = read_uvarint(buf, pos, end, MalformedRequest)
             if n == 0 and not nullable:
                 raise _non_nullable(name)
             return n - 1, pos
@@ -262,13 +247,13 @@ def _merge_fixed(checks: list[tuple[Check, int | None]]) -> list[Check]:
 def _tagged_section(name: str, known: dict[int, Check]) -> Check:
     def check(buf: bytes, pos: int, end: int, w: _Walk) -> int:
         start = pos
-        count, pos = read_uvarint(buf, pos, end)
+        count, pos = read_uvarint(buf, pos, end, MalformedRequest)
         unknown = False
         kept: list[tuple[int, int]] = []  # byte ranges of the tagged fields kio knows
         for _ in range(count):
             entry = pos
-            tag, pos = read_uvarint(buf, pos, end)
-            size, pos = read_uvarint(buf, pos, end)
+            tag, pos = read_uvarint(buf, pos, end, MalformedRequest)
+            size, pos = read_uvarint(buf, pos, end, MalformedRequest)
             stop = pos + size
             if stop > end:
                 raise _truncated(f"tagged field {tag} of {name}")
@@ -293,7 +278,7 @@ def _drop_unknown_tags(buf: bytes, start: int, stop: int, kept: list[tuple[int, 
     inner = [e for e in w.edits if start <= e[0] < stop]
     del w.edits[len(w.edits) - len(inner):]
     section = bytearray()
-    uvarint(section, len(kept))
+    write_uvarint(section, len(kept))
     for a, b in kept:
         section += apply_edits(buf[a:b], [(s - a, e - a, r) for s, e, r in inner if a <= s < b])
     w.edits.append((start, stop, bytes(section)))
@@ -328,7 +313,8 @@ def _generate(name: str, steps: list[Check]) -> Check:
     an empty tagged-field section (the common cases) are checked inline, the rest called. This
     keeps the walk at a fraction of kio's own decoding time."""
     lines = ["def check(buf, pos, end, w):"]
-    env: dict[str, Any] = {"_truncated": _truncated, "_non_nullable": _non_nullable, "read_uvarint": read_uvarint}
+    env: dict[str, Any] = {"_truncated": _truncated, "_non_nullable": _non_nullable, "read_uvarint": read_uvarint,
+                           "MalformedRequest": MalformedRequest}
     for i, step in enumerate(steps):
         fixed = getattr(step, "fixed_size", None)
         compact = getattr(step, "compact_sized", None)
@@ -343,7 +329,7 @@ def _generate(name: str, steps: list[Check]) -> Check:
                       "        n = buf[pos]",
                       "        pos += 1",
                       "    else:",
-                      "        n, pos = read_uvarint(buf, pos, end)",
+                      "        n, pos = read_uvarint(buf, pos, end, MalformedRequest)",
                       "    if n:",
                       "        pos += n - 1",
                       "        if pos > end:",
