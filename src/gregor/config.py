@@ -296,24 +296,13 @@ class BrokerConfig:
         return host or "127.0.0.1", port
 
     def topic_defaults(self) -> dict[str, Any]:
-        """Defaults of the topic-level configs, from the broker's log.* keys (Kafka's synonyms)."""
-        return {
-            "cleanup.policy": self["log.cleanup.policy"],
-            "retention.ms": self.retention_ms,
-            "retention.bytes": self["log.retention.bytes"],
-            "segment.bytes": self["log.segment.bytes"],
-            "segment.ms": self.roll_ms,
-            "segment.index.bytes": self["log.index.size.max.bytes"],
-            "index.interval.bytes": self["log.index.interval.bytes"],
-            "max.message.bytes": self["message.max.bytes"],
-            "flush.messages": self["log.flush.interval.messages"],
-            "flush.ms": self.flush_ms,
-            "delete.retention.ms": self["log.cleaner.delete.retention.ms"],
-            "min.compaction.lag.ms": self["log.cleaner.min.compaction.lag.ms"],
-            "min.cleanable.dirty.ratio": self["log.cleaner.min.cleanable.ratio"],
-            "message.timestamp.type": self["log.message.timestamp.type"],
-            "file.delete.delay.ms": self["file.delete.delay.ms"],
-        }
+        """Defaults of the topic-level configs: the values of the broker keys they are synonyms of
+        (``TOPIC_SYNONYMS``), with the retention, roll and flush times in effect (which the
+        hours and minutes forms of those keys may set)."""
+        effective = {"log.retention.ms": self.retention_ms, "log.roll.ms": self.roll_ms,
+                     "log.flush.interval.ms": self.flush_ms}
+        return {key: effective[broker_key] if broker_key in effective else self[broker_key]
+                for key, broker_key in TOPIC_SYNONYMS.items()}
 
 
 def _first_host_port(listeners: str) -> tuple[str, int]:
@@ -340,6 +329,19 @@ TOPIC_KEYS: dict[str, Callable[[str], Any]] = {
     "min.cleanable.dirty.ratio": _ratio,
     "message.timestamp.type": _choice("CreateTime", "LogAppendTime"),
     "file.delete.delay.ms": _int_range(0, LONG_MAX),
+}
+# Topic config -> the broker key it defaults from (Kafka's synonyms): the topic defaults and
+# DescribeConfigs' config sources and synonyms read this one table.
+TOPIC_SYNONYMS: dict[str, str] = {
+    "cleanup.policy": "log.cleanup.policy", "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes", "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms", "segment.index.bytes": "log.index.size.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes", "max.message.bytes": "message.max.bytes",
+    "flush.messages": "log.flush.interval.messages", "flush.ms": "log.flush.interval.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "message.timestamp.type": "log.message.timestamp.type", "file.delete.delay.ms": "file.delete.delay.ms",
 }
 # Accepted on topics for compatibility (replication, producer-side settings); stored, no effect.
 TOPIC_PASSTHROUGH = ("min.insync.replicas", "compression.type", "unclean.leader.election.enable",

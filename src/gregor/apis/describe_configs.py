@@ -1,9 +1,10 @@
-"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) for topics, this broker
-and groups (GROUP resources, Kafka 4.0). Config sources are Kafka's: a topic override is
-DYNAMIC_TOPIC_CONFIG, a broker key altered at run time DYNAMIC_BROKER_CONFIG (resource name = the
-node id) or DYNAMIC_DEFAULT_BROKER_CONFIG (resource name ""), a key set in server.properties or
---override STATIC_BROKER_CONFIG, a group override GROUP_CONFIG, the rest DEFAULT_CONFIG. Which
-broker keys may change at run time, and how they persist: ``gregor.cluster.dynamic_configs``."""
+"""DescribeConfigs (32) for topics, this broker and groups (GROUP resources, Kafka 4.0). Config
+sources are Kafka's: a topic override is DYNAMIC_TOPIC_CONFIG, a broker key altered at run time
+DYNAMIC_BROKER_CONFIG (resource name = the node id) or DYNAMIC_DEFAULT_BROKER_CONFIG (resource
+name ""), a key set in server.properties or --override STATIC_BROKER_CONFIG, a group override
+GROUP_CONFIG, the rest DEFAULT_CONFIG. The resource types here serve AlterConfigs and
+IncrementalAlterConfigs too (``alter_configs.py``). Which broker keys may change at run time, and
+how they persist: ``gregor.cluster.dynamic_configs``."""
 
 from __future__ import annotations
 
@@ -11,29 +12,15 @@ from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
 from gregor.cluster.dynamic_configs import SERVED
-from gregor.config import KEYS, TOPIC_KEYS
+from gregor.config import KEYS, TOPIC_KEYS, TOPIC_SYNONYMS
 from gregor.log.topic_registry import Topic
 from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.errors import ErrorCode
 
 TOPIC, BROKER, GROUP = 2, 4, 32
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 4, 5, 8
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 3, 5, 6, 7
-
-# topic config -> the broker key it defaults from (Kafka's synonyms)
-TOPIC_SYNONYMS = {
-    "cleanup.policy": "log.cleanup.policy", "retention.ms": "log.retention.ms",
-    "retention.bytes": "log.retention.bytes", "segment.bytes": "log.segment.bytes",
-    "segment.ms": "log.roll.ms", "segment.index.bytes": "log.index.size.max.bytes",
-    "index.interval.bytes": "log.index.interval.bytes", "max.message.bytes": "message.max.bytes",
-    "flush.messages": "log.flush.interval.messages", "flush.ms": "log.flush.interval.ms",
-    "delete.retention.ms": "log.cleaner.delete.retention.ms",
-    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
-    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
-    "message.timestamp.type": "log.message.timestamp.type", "file.delete.delay.ms": "file.delete.delay.ms",
-}
-
 
 def render(value: Any) -> str | None:
     if value is None:
@@ -166,41 +153,3 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
             res["error_message"] = f"resource type {r.resource_type} is not supported"
         results.append(res)
     return {"throttle_time": 0, "results": results}
-
-
-def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[str, Any]]:
-    out = []
-    for r in req.resources:
-        res: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
-                               "resource_type": r.resource_type, "resource_name": r.resource_name}
-        try:
-            if r.resource_type == TOPIC:
-                values = {c.name: c.value for c in r.configs}
-                ops = {c.name: c.config_operation for c in r.configs} if incremental else None
-                ctx.topics.alter_topic_configs(r.resource_name, values, ops, req.validate_only)
-            elif r.resource_type == BROKER:
-                entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
-                ctx.dynamic_configs.alter_broker(r.resource_name, entries, incremental, req.validate_only)
-            elif r.resource_type == GROUP:
-                entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
-                if not incremental:  # AlterConfigs replaces every override of the resource
-                    _, overrides = ctx.dynamic_configs.group_config(r.resource_name)
-                    entries = [(k, None, 1) for k in overrides] + entries
-                ctx.dynamic_configs.alter_group(r.resource_name, entries, req.validate_only)
-            else:
-                raise KafkaError(ErrorCode.invalid_request, f"resource type {r.resource_type} is not supported")
-        except KafkaError as e:
-            res["error_code"] = e.code
-            res["error_message"] = e.message
-        out.append(res)
-    return out
-
-
-@handles(ApiKey.ALTER_CONFIGS, 0, 2)
-async def alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": _alter(ctx, req, incremental=False)}
-
-
-@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": _alter(ctx, req, incremental=True)}

@@ -1,0 +1,52 @@
+"""AlterConfigs (33) and IncrementalAlterConfigs (44) for topics, this broker and groups (GROUP
+resources, Kafka 4.0). AlterConfigs replaces every override of a resource, IncrementalAlterConfigs
+applies SET, DELETE, APPEND and SUBTRACT to single keys; both may only validate. The changes
+themselves are the topic admin's (topic overrides) and ``gregor.cluster.dynamic_configs``' (broker
+and group keys: which may change at run time, and how they persist)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.apis.describe_configs import BROKER, GROUP, TOPIC
+from gregor.apis.handler import RequestContext, handles
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+
+def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[str, Any]]:
+    out = []
+    for r in req.resources:
+        res: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
+                               "resource_type": r.resource_type, "resource_name": r.resource_name}
+        try:
+            if r.resource_type == TOPIC:
+                values = {c.name: c.value for c in r.configs}
+                ops = {c.name: c.config_operation for c in r.configs} if incremental else None
+                ctx.topics.alter_topic_configs(r.resource_name, values, ops, req.validate_only)
+            elif r.resource_type == BROKER:
+                entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
+                ctx.dynamic_configs.alter_broker(r.resource_name, entries, incremental, req.validate_only)
+            elif r.resource_type == GROUP:
+                entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
+                if not incremental:  # AlterConfigs replaces every override of the resource
+                    _, overrides = ctx.dynamic_configs.group_config(r.resource_name)
+                    entries = [(k, None, 1) for k in overrides] + entries
+                ctx.dynamic_configs.alter_group(r.resource_name, entries, req.validate_only)
+            else:
+                raise KafkaError(ErrorCode.invalid_request, f"resource type {r.resource_type} is not supported")
+        except KafkaError as e:
+            res["error_code"] = e.code
+            res["error_message"] = e.message
+        out.append(res)
+    return out
+
+
+@handles(ApiKey.ALTER_CONFIGS, 0, 2)
+async def alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": _alter(ctx, req, incremental=False)}
+
+
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": _alter(ctx, req, incremental=True)}
