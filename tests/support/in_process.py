@@ -21,15 +21,17 @@ from gregor.protocol.encoder import encode
 CLIENT_ID = "in-process-test"
 
 
-def request_header(api_key: int, version: int, correlation_id: int = 1, client_id: str | None = CLIENT_ID) -> bytes:
-    """Request header v1, or v2 (with an empty tagged-field section) for flexible versions."""
+def request_header(api_key: int, version: int, correlation_id: int = 1, client_id: str | None = CLIENT_ID,
+                   flexible: bool | None = None) -> bytes:
+    """Request header v1, or v2 (with an empty tagged-field section) for flexible versions
+    (``flexible=None``: as the schema says; give it for versions kio has no schema for)."""
     head = api_key.to_bytes(2, "big") + version.to_bytes(2, "big") + correlation_id.to_bytes(4, "big", signed=True)
     if client_id is None:
         head += (-1).to_bytes(2, "big", signed=True)
     else:
         raw = client_id.encode()
         head += len(raw).to_bytes(2, "big") + raw
-    if codec.is_flexible(api_key, version):
+    if (codec.is_flexible(api_key, version) if flexible is None else flexible):
         head += b"\x00"
     return head
 
@@ -119,4 +121,14 @@ class InProcessBroker:
         if self.groups_started:
             self.run(self.broker.groups.stop())
         self.broker.logs.shutdown()
+        self.run(_cancel_pending())
+        self.run(self.loop.shutdown_asyncgens())
         self.loop.close()
+
+
+async def _cancel_pending() -> None:
+    """As asyncio.run ends: what is still pending (a closed connection's worker) is cancelled."""
+    pending = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
