@@ -160,7 +160,7 @@ def load(records: int) -> tuple[float, float]:
     file size in MB. Written with the broker's own encoders, 1,000 records a batch."""
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.context import GroupConfig
-    from gregor.coordinator.group.shard import GroupCoordinatorShard
+    from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
     from gregor.coordinator.runtime.shard_runtime import ShardRuntime
     from gregor.log.partition_log import PartitionLog, now_ms
     from gregor.protocol.consumer_offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value
@@ -179,7 +179,7 @@ def load(records: int) -> tuple[float, float]:
         size_mb = plog.size_bytes / 1e6
 
         async def run() -> float:
-            rt = ShardRuntime(0, plog, lambda p, t: GroupCoordinatorShard(p, GroupConfig(), now_ms, t))
+            rt = ShardRuntime(0, plog, lambda p, t: GroupCoordinatorShard(p, GroupConfig(), now_ms, t), RECORD_SERDE)
             start = time.perf_counter()
             rt.start_loading()
             await rt.wait_loaded()

@@ -41,11 +41,12 @@ class ShardContext:
             kb, vb = encode_key(key), encode_value(value)
             self.log.append((kb, vb))
             written.append((kb, vb))
-        for kb, vb in written:
-            k = decode_key(kb)
-            self.shard.replay(k, decode_value(k, vb))
-        for fn in self.shard.ctx.take_after_commit():
-            fn()
+        if result.replay_records:
+            for kb, vb in written:
+                k = decode_key(kb)
+                self.shard.replay(k, decode_value(k, vb))
+        for fn in self.shard.take_completions():
+            fn(None)
         self.last_records = result.records
         return result.response
 

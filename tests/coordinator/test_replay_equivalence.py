@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gregor.config import BrokerConfig
-from gregor.coordinator.group.shard import GroupCoordinatorShard
+from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime
 from gregor.coordinator.runtime.timer import ManualClock, ManualTimer
 from gregor.log.partition_log import PartitionLog, now_ms
@@ -60,7 +60,7 @@ def test_reduced_replay_equals_sequential_replay(tmp_path_factory, batches):
     sequential.on_loaded()
 
     async def load():
-        rt = ShardRuntime(0, plog, lambda p, t: GroupCoordinatorShard(p, DEFAULT, now_ms, t))
+        rt = ShardRuntime(0, plog, lambda p, t: GroupCoordinatorShard(p, DEFAULT, now_ms, t), RECORD_SERDE)
         rt.start_loading()
         await rt.wait_loaded()
         s = state(rt.shard)

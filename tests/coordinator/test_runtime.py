@@ -9,7 +9,7 @@ from gregor.config import BrokerConfig
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.group_manager import JoinRequest
 from gregor.coordinator.group.offset_manager import CommitPartition, CommitRequest
-from gregor.coordinator.group.shard import GroupCoordinatorShard
+from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.log.partition_log import PartitionLog, now_ms
 from gregor.protocol.consumer_offsets import (
@@ -34,8 +34,9 @@ def plog(tmp_path):
     return log
 
 
-def make_runtime(plog, config=GroupConfig(initial_rebalance_delay_ms=0)):
-    return ShardRuntime(0, plog, lambda p, timer: GroupCoordinatorShard(p, config, now_ms, timer))
+def make_runtime(plog, config=GroupConfig(initial_rebalance_delay_ms=0), committed_offset=None):
+    return ShardRuntime(0, plog, lambda p, timer: GroupCoordinatorShard(p, config, now_ms, timer), RECORD_SERDE,
+                        committed_offset=committed_offset)
 
 
 def append(plog, records):
@@ -158,5 +159,95 @@ def test_a_partition_that_fails_to_load_is_reported_and_retried(plog):
         rt.reload()
         await rt.wait_loaded()
         assert rt.state is ShardState.ACTIVE and rt.shard.offsets_mgr.offsets["g"][("t", 0)].offset == 5
+
+    asyncio.run(run())
+
+
+def test_on_one_node_a_write_is_answered_within_execute(plog):
+    """The fast path: the high watermark is the log end offset, so the write is released by the
+    append itself and execute hands back the response, not a Deferred."""
+
+    async def run():
+        rt = make_runtime(plog)
+        rt.start_loading()
+        await rt.wait_loaded()
+        req = CommitRequest("g", -1, "", None, [CommitPartition("t", 0, 7, -1, "")])
+        assert rt.execute(lambda s: s.commit_offsets(req)) == {("t", 0): ErrorCode.none}
+        assert len(rt.writes) == 0
+        rt.unload()
+
+    asyncio.run(run())
+
+
+def test_writes_wait_for_the_committed_offset_and_are_released_in_order(plog):
+    """With a high watermark that lags the append (replication), a commit waits in the write
+    queue; an operation without records behind it waits too; raising the high watermark
+    releases them, oldest first."""
+    hw = [0]
+
+    async def run():
+        rt = make_runtime(plog, committed_offset=lambda: hw[0])
+        rt.start_loading()
+        await rt.wait_loaded()
+        first = CommitRequest("g", -1, "", None, [CommitPartition("t", 0, 1, -1, "")])
+        second = CommitRequest("g", -1, "", None, [CommitPartition("t", 1, 2, -1, "")])
+        a = asyncio.ensure_future(resolve(rt.execute(lambda s: s.commit_offsets(first))))
+        b = asyncio.ensure_future(resolve(rt.execute(lambda s: s.commit_offsets(second))))
+        c = asyncio.ensure_future(resolve(rt.execute(lambda s: s.heartbeat("g", 0, "nobody", None))))
+        await asyncio.sleep(0.01)
+        assert not (a.done() or b.done() or c.done()) and len(rt.writes) == 3
+        assert plog.log_end_offset == 2
+        hw[0] = 1
+        rt.on_high_watermark(1)
+        await asyncio.sleep(0.01)
+        assert a.done() and not b.done() and not c.done()
+        assert a.result() == {("t", 0): ErrorCode.none}
+        hw[0] = 2
+        rt.on_high_watermark(2)
+        assert await b == {("t", 1): ErrorCode.none}
+        assert await c == ErrorCode.unknown_member_id
+        rt.unload()
+
+    asyncio.run(run())
+
+
+def test_completions_for_other_members_wait_for_the_committed_offset(plog):
+    """A rebalance completed by one member's JoinGroup answers the others only once the write
+    that completed it (here: one with records ahead of it) is committed."""
+    hw = [0]
+
+    async def run():
+        rt = make_runtime(plog, committed_offset=lambda: hw[0])
+        rt.start_loading()
+        await rt.wait_loaded()
+        commit = CommitRequest("other", -1, "", None, [CommitPartition("t", 0, 1, -1, "")])
+        pending_commit = rt.execute(lambda s: s.commit_offsets(commit))
+        join = JoinRequest("g", "", None, 10_000, 30_000, "consumer", [("range", b"")], "c", "/h", False)
+        joined = asyncio.ensure_future(resolve(rt.execute(lambda s: s.join_group(join))))
+        await asyncio.sleep(0.01)
+        assert not joined.done() and rt.shard.groups["g"].state.value == "CompletingRebalance"
+        hw[0] = plog.log_end_offset
+        rt.on_high_watermark(hw[0])
+        result = await asyncio.wait_for(joined, 1)
+        assert result.error == ErrorCode.none and result.generation_id == 1
+        assert (await resolve(pending_commit)) == {("t", 0): ErrorCode.none}
+        rt.unload()
+
+    asyncio.run(run())
+
+
+def test_unloading_fails_pending_writes_with_not_coordinator(plog):
+    async def run():
+        rt = make_runtime(plog, committed_offset=lambda: 0)
+        rt.start_loading()
+        await rt.wait_loaded()
+        req = CommitRequest("g", -1, "", None, [CommitPartition("t", 0, 1, -1, "")])
+        waiter = asyncio.ensure_future(resolve(rt.execute(lambda s: s.commit_offsets(req))))
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        rt.unload()
+        with pytest.raises(KafkaError) as e:
+            await asyncio.wait_for(waiter, 1)
+        assert e.value.code == ErrorCode.not_coordinator
 
     asyncio.run(run())

@@ -1,12 +1,15 @@
 """What the managers of one shard share: configuration, clock, timers, the groups, and the
-completions that must wait until the current operation's records are written."""
+completions that must wait until the current operation's records are committed."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gregor.coordinator.group.model import ClassicGroup
+from gregor.coordinator.runtime.result import Deferred
+from gregor.coordinator.runtime.shard import Completion
 from gregor.coordinator.runtime.timer import Timer
 
 
@@ -30,7 +33,7 @@ class ShardContext:
     timer: Timer
     topic_exists: Callable[[str, int], bool] = lambda topic, partition: True
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
-    after_commit: list[Callable[[], object]] = field(default_factory=list)
+    completions: list[Completion] = field(default_factory=list)
     membership_version: int = 0  # bumped whenever members or their assignments change
     on_membership_change: Callable[[], object] | None = None
 
@@ -39,10 +42,23 @@ class ShardContext:
         if self.on_membership_change is not None:
             self.on_membership_change()
 
-    def defer(self, fn: Callable[[], object]) -> None:
-        """Run ``fn`` once the current operation's records are in the log."""
-        self.after_commit.append(fn)
+    def defer(self, fn: Completion) -> None:
+        """Run ``fn(None)`` once the current operation's records are committed, or ``fn(error)``
+        if they never will be."""
+        self.completions.append(fn)
 
-    def take_after_commit(self) -> list[Callable[[], object]]:
-        out, self.after_commit = self.after_commit, []
+    def answer(self, deferred: Deferred[Any], value: Any) -> None:
+        """Complete another request's ``deferred`` answer with ``value`` once the current
+        operation's records are committed; fail it with the error if they never will be."""
+
+        def complete(error: BaseException | None) -> None:
+            if error is None:
+                deferred.complete(value)
+            else:
+                deferred.fail(error)
+
+        self.completions.append(complete)
+
+    def take_completions(self) -> list[Completion]:
+        out, self.completions = self.completions, []
         return out

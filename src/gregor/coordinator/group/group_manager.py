@@ -4,7 +4,15 @@ Each public method is one operation on the shard: it returns a CoordinatorResult
 records to write (GroupMetadata records) and the response, possibly deferred (a JoinGroup waits
 for the rebalance). Responses to *other* members that an operation completes (the joins that a
 rebalance completes, the syncs that the leader's assignment completes) are handed to
-``ctx.defer`` so that they leave only after this operation's records are written.
+``ctx.answer`` / ``ctx.defer`` so that they leave only after this operation's records are
+committed.
+
+Membership is the one state that operations change in memory directly, as Kafka's classic
+groups do: the in-flight parts (who waits in a JoinGroup, heartbeat deadlines, the generation
+being formed) are never persisted, and a GroupMetadata record persists the durable part at the
+leader's SyncGroup and when a group becomes empty (or a static member is replaced). Every result
+of this manager therefore says ``replay_records=False`` (Kafka: replayRecords=false); replaying
+a GroupMetadata record builds a group from it only when a partition is loaded.
 
 The rules, states and error codes are Kafka's (GroupCoordinator / the classic part of
 GroupMetadataManager); the comments name the cases.
@@ -12,10 +20,10 @@ GroupMetadataManager); the comments name the cases.
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState, JoinResult, Member, SyncResult
@@ -26,6 +34,12 @@ from gregor.protocol.errors import ErrorCode
 log = logging.getLogger("gregor.coordinator")
 
 S = GroupState
+T = TypeVar("T")
+
+
+def _result(records: list[Record] | None = None, response: T | Deferred[T] | None = None) -> CoordinatorResult[T]:
+    """A membership operation's result: its records persist state already applied in memory."""
+    return CoordinatorResult(records if records is not None else [], response, replay_records=False)
 
 
 @dataclass
@@ -100,7 +114,7 @@ class GroupManager:
     # -- JoinGroup ---------------------------------------------------------------------------
     def join_group(self, req: JoinRequest) -> CoordinatorResult[JoinResult]:
         def fail(code: ErrorCode, member_id: str = req.member_id) -> CoordinatorResult[JoinResult]:
-            return CoordinatorResult([], JoinResult(error=code, member_id=member_id))
+            return _result([], JoinResult(error=code, member_id=member_id))
 
         cfg = self.ctx.config
         if not req.group_id:
@@ -119,7 +133,7 @@ class GroupManager:
             records = []
             if req.member_id in group.members:
                 records = self._remove_member(group, group.members[req.member_id], "the group is full")
-            return CoordinatorResult(records, JoinResult(error=ErrorCode.group_max_size_reached,
+            return _result(records, JoinResult(error=ErrorCode.group_max_size_reached,
                                                          member_id=req.member_id))
         if unknown_member:
             return self._join_unknown_member(group, req)
@@ -138,9 +152,9 @@ class GroupManager:
 
     def _join_unknown_member(self, group: ClassicGroup, req: JoinRequest) -> CoordinatorResult[JoinResult]:
         if group.is_in(S.DEAD):
-            return CoordinatorResult([], JoinResult(error=ErrorCode.coordinator_not_available, member_id=""))
+            return _result([], JoinResult(error=ErrorCode.coordinator_not_available, member_id=""))
         if not group.supports(req.protocol_type, req.protocols):
-            return CoordinatorResult([], JoinResult(error=ErrorCode.inconsistent_group_protocol, member_id=""))
+            return _result([], JoinResult(error=ErrorCode.inconsistent_group_protocol, member_id=""))
         prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
         new_id = f"{prefix}-{uuid.uuid4()}"
         old_id = group.static_member_id(req.group_instance_id)
@@ -152,7 +166,7 @@ class GroupManager:
             group.pending_members.add(new_id)
             self.ctx.timer.schedule(pending_key(group.group_id, new_id), req.session_timeout_ms,
                                     lambda: self._expire_pending_member(group.group_id, new_id))
-            return CoordinatorResult([], JoinResult(error=ErrorCode.member_id_required, member_id=new_id))
+            return _result([], JoinResult(error=ErrorCode.member_id_required, member_id=new_id))
         return self._add_member_and_rebalance(group, new_id, req)
 
     def _replace_static_member(self, group: ClassicGroup, old_id: str, new_id: str,
@@ -171,19 +185,19 @@ class GroupManager:
         if group.is_in(S.PREPARING_REBALANCE):
             waiting: Deferred[JoinResult] = Deferred()
             member.awaiting_join = waiting
-            return CoordinatorResult(self._maybe_complete_join(group), waiting)
+            return _result(self._maybe_complete_join(group), waiting)
         # Stable or CompletingRebalance: answer with the current generation. The old leader id is
         # returned so that the member does not run an assignment nobody would receive.
         response = JoinResult(error=ErrorCode.none, member_id=new_id, generation_id=group.generation_id,
                               protocol_type=group.protocol_type, protocol_name=group.protocol_name,
                               leader=(old_id if leader_before == old_id else leader_before) or "")
         deferred: Deferred[JoinResult] = Deferred()
-        self.ctx.defer(lambda: deferred.complete(response))
-        return CoordinatorResult([group_record(group)], deferred)
+        self.ctx.answer(deferred, response)
+        return _result([group_record(group)], deferred)
 
     def _join_known_member(self, group: ClassicGroup, req: JoinRequest) -> CoordinatorResult[JoinResult]:
         def fail(code: ErrorCode) -> CoordinatorResult[JoinResult]:
-            return CoordinatorResult([], JoinResult(error=code, member_id=req.member_id))
+            return _result([], JoinResult(error=code, member_id=req.member_id))
 
         if group.is_in(S.DEAD):
             return fail(ErrorCode.coordinator_not_available)
@@ -203,7 +217,7 @@ class GroupManager:
         if group.is_in(S.COMPLETING_REBALANCE):
             if member.matches(req.protocols):
                 # the member lost the JoinGroup response: send it again
-                return CoordinatorResult([], self._join_result(group, member))
+                return _result([], self._join_result(group, member))
             return self._update_member_and_rebalance(group, member, req)
         if group.is_in(S.STABLE):
             if group.leader_id == member.member_id or not member.matches(req.protocols):
@@ -211,7 +225,7 @@ class GroupManager:
                 return self._update_member_and_rebalance(group, member, req)
             result = self._join_result(group, member)
             result.members = []
-            return CoordinatorResult([], result)
+            return _result([], result)
         log.warning("Member %s of group %s rejoins in unexpected state %s", req.member_id, group.group_id,
                     group.state.value)
         return fail(ErrorCode.unknown_member_id)
@@ -247,28 +261,27 @@ class GroupManager:
         # A new member cannot heartbeat before its JoinGroup returns; it is dropped if the
         # rebalance keeps it waiting longer than the new-member timeout.
         self._schedule_heartbeat(group, member, self.ctx.config.new_member_join_timeout_ms)
-        records = self._maybe_prepare_rebalance(group, f"adding new member {member_id}")
-        records += self._maybe_complete_join(group)
-        return CoordinatorResult(records, deferred)
+        self._maybe_prepare_rebalance(group, f"adding new member {member_id}")
+        records = self._maybe_complete_join(group)
+        return _result(records, deferred)
 
     def _update_member_and_rebalance(self, group: ClassicGroup, member: Member,
                                      req: JoinRequest) -> CoordinatorResult[JoinResult]:
         self._update_member(member, req)
         if member.awaiting_join is not None:
-            old = member.awaiting_join
-            self.ctx.defer(lambda: old.complete(JoinResult(error=ErrorCode.rebalance_in_progress,
-                                                           member_id=member.member_id)))
+            self.ctx.answer(member.awaiting_join, JoinResult(error=ErrorCode.rebalance_in_progress,
+                                                             member_id=member.member_id))
         member.awaiting_join = deferred = Deferred[JoinResult]()
-        records = self._maybe_prepare_rebalance(group, f"updating metadata for member {member.member_id}"
-                                                + (f" ({req.reason})" if req.reason else ""))
-        records += self._maybe_complete_join(group)
-        return CoordinatorResult(records, deferred)
+        self._maybe_prepare_rebalance(group, f"updating metadata for member {member.member_id}"
+                                      + (f" ({req.reason})" if req.reason else ""))
+        records = self._maybe_complete_join(group)
+        return _result(records, deferred)
 
     # -- rebalancing -------------------------------------------------------------------------
-    def _maybe_prepare_rebalance(self, group: ClassicGroup, reason: str) -> list[Record]:
+    def _maybe_prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        """Start a rebalance unless one is under way (PreparingRebalance) or the group is Dead."""
         if group.can_rebalance:
             self._prepare_rebalance(group, reason)
-        return []
 
     def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
         if group.is_in(S.COMPLETING_REBALANCE):
@@ -300,21 +313,21 @@ class GroupManager:
         def expire() -> CoordinatorResult[None]:
             g = self.groups.get(group_id)
             if g is None or not g.is_in(S.PREPARING_REBALANCE):
-                return CoordinatorResult()
+                return _result()
             if (g.new_member_added or g.pending_members) and remaining > 0:
                 g.new_member_added = False
                 step = max(min(delay, remaining), 1)
                 self._schedule_initial_join(g, step, remaining - step)
-                return CoordinatorResult()
-            return CoordinatorResult(self._complete_join(g))
+                return _result()
+            return _result(self._complete_join(g))
 
         self.ctx.timer.schedule(join_key(group_id), delay, expire)
 
     def _on_join_timeout(self, group_id: str) -> CoordinatorResult[None]:
         group = self.groups.get(group_id)
         if group is None or not group.is_in(S.PREPARING_REBALANCE):
-            return CoordinatorResult()
-        return CoordinatorResult(self._complete_join(group))
+            return _result()
+        return _result(self._complete_join(group))
 
     def _maybe_complete_join(self, group: ClassicGroup) -> list[Record]:
         if not group.is_in(S.PREPARING_REBALANCE) or not group.all_joined():
@@ -366,7 +379,7 @@ class GroupManager:
             member.awaiting_join = None
             member.is_new = False
             if deferred is not None:
-                self.ctx.defer(functools.partial(deferred.complete, result))
+                self.ctx.answer(deferred, result)
             self._schedule_heartbeat(group, member)
         generation = group.generation_id
         self.ctx.timer.schedule(sync_key(group.group_id), group.rebalance_timeout_ms,
@@ -377,29 +390,28 @@ class GroupManager:
         """Members that never sent SyncGroup after a rebalance are removed (Kafka 3.x)."""
         group = self.groups.get(group_id)
         if group is None or generation != group.generation_id or not group.pending_sync:
-            return CoordinatorResult()
+            return _result()
         if not group.is_in(S.COMPLETING_REBALANCE, S.STABLE):
-            return CoordinatorResult()
+            return _result()
         records: list[Record] = []
         for member_id in list(group.pending_sync):
             member = group.members.get(member_id)
             if member is not None:
                 log.info("Member %s of group %s did not send SyncGroup in time; removing it", member_id, group_id)
                 records += self._remove_member(group, member, "sync timeout")
-        return CoordinatorResult(records)
+        return _result(records)
 
     def _reset_and_propagate_assignment_error(self, group: ClassicGroup, error: ErrorCode) -> None:
         for member in group.members.values():
             member.assignment = b""
             if member.awaiting_sync is not None:
-                d = member.awaiting_sync
+                self.ctx.answer(member.awaiting_sync, SyncResult(error=error))
                 member.awaiting_sync = None
-                self.ctx.defer(functools.partial(d.complete, SyncResult(error=error)))
 
     # -- SyncGroup ---------------------------------------------------------------------------
     def sync_group(self, req: SyncRequest) -> CoordinatorResult[SyncResult]:
         def fail(code: ErrorCode) -> CoordinatorResult[SyncResult]:
-            return CoordinatorResult([], SyncResult(error=code))
+            return _result([], SyncResult(error=code))
 
         if not req.group_id:
             return fail(ErrorCode.invalid_group_id)
@@ -425,23 +437,24 @@ class GroupManager:
         if group.is_in(S.STABLE):
             group.pending_sync.discard(member.member_id)
             self._schedule_heartbeat(group, member)
-            return CoordinatorResult([], SyncResult(ErrorCode.none, member.assignment, group.protocol_type,
+            return _result([], SyncResult(ErrorCode.none, member.assignment, group.protocol_type,
                                                     group.protocol_name))
         # CompletingRebalance
         deferred: Deferred[SyncResult] = Deferred()
-        if member.awaiting_sync is not None and member.awaiting_sync is not deferred:
-            old = member.awaiting_sync
-            self.ctx.defer(lambda: old.complete(SyncResult(error=ErrorCode.rebalance_in_progress)))
+        if member.awaiting_sync is not None:
+            self.ctx.answer(member.awaiting_sync, SyncResult(error=ErrorCode.rebalance_in_progress))
         member.awaiting_sync = deferred
         group.pending_sync.discard(member.member_id)
         if group.leader_id != member.member_id:
-            return CoordinatorResult([], deferred)
+            return _result([], deferred)
         log.info("Assignment received from leader %s for group %s for generation %d", member.member_id,
                  group.group_id, group.generation_id)
         assignment = {mid: req.assignments.get(mid, b"") for mid in group.members}
         generation = group.generation_id
 
-        def propagate() -> None:
+        def propagate(error: BaseException | None) -> None:
+            if error is not None:
+                return  # not written: the shard is reloaded, and unloading answers the waiting members
             if group.is_in(S.COMPLETING_REBALANCE) and group.generation_id == generation:
                 for mid, m in group.members.items():
                     m.assignment = assignment[mid]
@@ -458,31 +471,31 @@ class GroupManager:
                 deferred.complete(SyncResult(error=ErrorCode.rebalance_in_progress))
 
         self.ctx.defer(propagate)
-        return CoordinatorResult([group_record(group, assignment)], deferred)
+        return _result([group_record(group, assignment)], deferred)
 
     # -- Heartbeat ---------------------------------------------------------------------------
     def heartbeat(self, group_id: str, generation_id: int, member_id: str,
                   instance_id: str | None) -> CoordinatorResult[ErrorCode]:
         if not group_id:
-            return CoordinatorResult([], ErrorCode.invalid_group_id)
+            return _result([], ErrorCode.invalid_group_id)
         group = self.groups.get(group_id)
         if group is None:
-            return CoordinatorResult([], ErrorCode.unknown_member_id)
+            return _result([], ErrorCode.unknown_member_id)
         if group.is_in(S.DEAD):
-            return CoordinatorResult([], ErrorCode.coordinator_not_available)
+            return _result([], ErrorCode.coordinator_not_available)
         if group.is_static_member_fenced(member_id, instance_id):
-            return CoordinatorResult([], ErrorCode.fenced_instance_id)
+            return _result([], ErrorCode.fenced_instance_id)
         member = group.members.get(member_id)
         if member is None:
-            return CoordinatorResult([], ErrorCode.unknown_member_id)
+            return _result([], ErrorCode.unknown_member_id)
         if generation_id != group.generation_id:
-            return CoordinatorResult([], ErrorCode.illegal_generation)
+            return _result([], ErrorCode.illegal_generation)
         if group.is_in(S.EMPTY):
-            return CoordinatorResult([], ErrorCode.unknown_member_id)
+            return _result([], ErrorCode.unknown_member_id)
         self._schedule_heartbeat(group, member)
         if group.is_in(S.PREPARING_REBALANCE):
-            return CoordinatorResult([], ErrorCode.rebalance_in_progress)
-        return CoordinatorResult([], ErrorCode.none)
+            return _result([], ErrorCode.rebalance_in_progress)
+        return _result([], ErrorCode.none)
 
     def touch(self, group_id: str, member_id: str) -> None:
         """A member's offset commit counts as a heartbeat, as in Kafka."""
@@ -500,27 +513,27 @@ class GroupManager:
     def _on_heartbeat_expired(self, group_id: str, member_id: str) -> CoordinatorResult[None]:
         group = self.groups.get(group_id)
         if group is None:
-            return CoordinatorResult()
+            return _result()
         member = group.members.get(member_id)
         if member is None:
-            return CoordinatorResult()
+            return _result()
         if member.awaiting_join is not None and not member.is_new:
-            return CoordinatorResult()  # kept alive while the rebalance waits; rescheduled when it completes
+            return _result()  # kept alive while the rebalance waits; rescheduled when it completes
         if member.awaiting_sync is not None:
-            return CoordinatorResult()  # the sync timeout decides
+            return _result()  # the sync timeout decides
         log.info("Member %s in group %s has failed, removing it from the group (session timeout)",
                  member_id, group_id)
-        return CoordinatorResult(self._remove_member(group, member, f"removing member {member_id} on heartbeat "
+        return _result(self._remove_member(group, member, f"removing member {member_id} on heartbeat "
                                                                     "expiration"))
 
     def _expire_pending_member(self, group_id: str, member_id: str) -> CoordinatorResult[None]:
         group = self.groups.get(group_id)
         if group is None or member_id not in group.pending_members:
-            return CoordinatorResult()
+            return _result()
         log.info("Pending member %s in group %s has been removed after session timeout expiration",
                  member_id, group_id)
         group.pending_members.discard(member_id)
-        return CoordinatorResult(self._maybe_complete_join(group))
+        return _result(self._maybe_complete_join(group))
 
     # -- LeaveGroup --------------------------------------------------------------------------
     def leave_group(self, group_id: str, members: list[tuple[str, str | None, str | None]]
@@ -528,12 +541,12 @@ class GroupManager:
         """``members``: (member id, group instance id, reason). Returns the top-level error and
         one error per member."""
         if not group_id:
-            return CoordinatorResult([], (ErrorCode.invalid_group_id, []))
+            return _result([], (ErrorCode.invalid_group_id, []))
         group = self.groups.get(group_id)
         if group is None:
-            return CoordinatorResult([], (ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i, _ in members]))
+            return _result([], (ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i, _ in members]))
         if group.is_in(S.DEAD):
-            return CoordinatorResult([], (ErrorCode.coordinator_not_available, []))
+            return _result([], (ErrorCode.coordinator_not_available, []))
         records: list[Record] = []
         out: list[tuple[str, str | None, ErrorCode]] = []
         for member_id, instance_id, reason in members:
@@ -554,19 +567,17 @@ class GroupManager:
                      target.member_id, target.group_instance_id, group_id, f" ({reason})" if reason else "")
             records += self._remove_member(group, target, f"removing member {target.member_id} on LeaveGroup")
             out.append((member_id, instance_id, ErrorCode.none))
-        return CoordinatorResult(records, (ErrorCode.none, out))
+        return _result(records, (ErrorCode.none, out))
 
     def _remove_member(self, group: ClassicGroup, member: Member, reason: str) -> list[Record]:
         self.ctx.membership_changed()
         self.ctx.timer.cancel(heartbeat_key(group.group_id, member.member_id))
         if member.awaiting_join is not None:
-            d = member.awaiting_join
+            self.ctx.answer(member.awaiting_join, JoinResult(error=ErrorCode.unknown_member_id, member_id=""))
             member.awaiting_join = None
-            self.ctx.defer(lambda: d.complete(JoinResult(error=ErrorCode.unknown_member_id, member_id="")))
         if member.awaiting_sync is not None:
-            ds = member.awaiting_sync
+            self.ctx.answer(member.awaiting_sync, SyncResult(error=ErrorCode.unknown_member_id))
             member.awaiting_sync = None
-            self.ctx.defer(lambda: ds.complete(SyncResult(error=ErrorCode.unknown_member_id)))
         group.remove(member.member_id)
         if group.is_in(S.STABLE, S.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, reason)

@@ -1,7 +1,10 @@
 """Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, and retention (expiry).
 
 Offsets are state over records: a commit returns OffsetCommit records and the runtime's replay
-puts them in ``offsets``; deletion and expiry return tombstones.
+puts them in ``offsets``; deletion and expiry return tombstones. A commit for a group that does
+not exist (generation -1: assign mode, or a group that only stores offsets) creates nothing
+itself: replaying its first OffsetCommit record creates the group, Empty and without a protocol
+type (Kafka's "simple consumer group").
 
 Who may commit (Kafka's rules):
 - generation -1 and no member id ("assign mode", or a group that only stores offsets): allowed
@@ -66,11 +69,11 @@ class OffsetManager:
             if req.generation_id >= 0:
                 # a member of a group that no longer exists (or of an older coordinator)
                 return all_(ErrorCode.illegal_generation)
-            group = ClassicGroup(req.group_id, state_timestamp_ms=self.ctx.clock())
-            self.ctx.groups[req.group_id] = group
-        error = self._validate_member(group, req)
-        if error is not None:
-            return all_(error)
+            # a group that only stores offsets: replaying the records creates it
+        else:
+            error = self._validate_member(group, req)
+            if error is not None:
+                return all_(error)
         now = self.ctx.clock()
         expire = now + req.retention_ms if req.retention_ms >= 0 else -1
         records: list[Record] = []
@@ -183,7 +186,7 @@ class OffsetManager:
             return
         self.offsets.setdefault(key.group, {})[tp] = value
         if key.group not in self.ctx.groups:
-            # offsets of a group without group metadata: the group exists, Empty, as in Kafka
+            # offsets of a group without membership: the group exists, Empty, as in Kafka
             self.ctx.groups[key.group] = ClassicGroup(key.group, state_timestamp_ms=-1)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from gregor.coordinator.group.api import CommittedOffset, GroupSummary, MemberView
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.model import GroupState
-from gregor.coordinator.group.shard import GroupCoordinatorShard
+from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.coordinator.runtime.timer import Timer
 from gregor.log.log_manager import LogManager
@@ -60,7 +60,7 @@ class GroupCoordinatorService:
         self.logs = logs
         self.create_topic = create_topic
         self.config = group_config(config)
-        self.runtimes: dict[int, ShardRuntime] = {}
+        self.runtimes: dict[int, ShardRuntime[GroupCoordinatorShard]] = {}
         self.num_partitions = config["offsets.topic.num.partitions"]
         self._watchdog: asyncio.Task[None] | None = None
         self._membership_version = 0
@@ -87,14 +87,15 @@ class GroupCoordinatorService:
             self.load(p)
         self._watchdog = asyncio.get_running_loop().create_task(self._reload_failed())
 
-    def load(self, partition: int) -> ShardRuntime:
+    def load(self, partition: int) -> ShardRuntime[GroupCoordinatorShard]:
         """Become coordinator of one partition (on one node: of all of them)."""
         plog = self.logs.get(OFFSETS_TOPIC, partition)
         assert plog is not None
         notify = self.logs.notifier.notify
-        runtime = ShardRuntime(partition, plog, self._make_shard,
+        runtime = ShardRuntime(partition, plog, self._make_shard, RECORD_SERDE,
                                codec=self.broker_config["offsets.topic.compression.codec"],
-                               on_append=lambda: notify((OFFSETS_TOPIC, partition)))
+                               on_append=lambda: notify((OFFSETS_TOPIC, partition)),
+                               label="offsets and group metadata")
         self.runtimes[partition] = runtime
         runtime.start_loading()
         return runtime
@@ -142,7 +143,7 @@ class GroupCoordinatorService:
     def partition_for(self, group_id: str) -> int:
         return _cached_partition_for(group_id, self.num_partitions)
 
-    def runtime_for(self, group_id: str) -> ShardRuntime:
+    def runtime_for(self, group_id: str) -> ShardRuntime[GroupCoordinatorShard]:
         runtime = self.runtimes.get(self.partition_for(group_id))
         if runtime is None:
             raise KafkaError(ErrorCode.not_coordinator, f"group {group_id!r} is not coordinated here")

@@ -1,8 +1,15 @@
 """One shard of the group coordinator: every group of one ``__consumer_offsets`` partition.
 
 Composes the GroupManager (classic membership) and the OffsetManager, answers the read-only
-APIs, and replays records: ``replay`` is the only way persisted state changes, and loading a
-partition is replaying it from the start.
+APIs, and replays records. Implements the runtime's CoordinatorShard protocol; ``RECORD_SERDE``
+is the record serde the runtime is built with for it.
+
+Replay is the only way persisted state changes, except for classic membership, which the
+GroupManager applies in memory itself and writes with ``replay_records=False`` (as Kafka does).
+So a commit's offsets, and the group that only stores offsets (Kafka's "simple consumer group"),
+come into being when the OffsetCommit record is replayed; deletion and expiry take effect when
+their tombstones are; and replaying a GroupMetadata record (only when a partition is loaded)
+builds the group from it.
 """
 
 from __future__ import annotations
@@ -16,18 +23,26 @@ from gregor.coordinator.group.group_manager import GroupManager, JoinRequest, Sy
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.group.offset_manager import CommitRequest, OffsetManager, TopicPartition
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
+from gregor.coordinator.runtime.shard import Completion, RecordSerde
 from gregor.coordinator.runtime.timer import Timer
 from gregor.protocol.consumer_offsets import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
+    RecordFormatError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
 )
 from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger("gregor.coordinator")
 
 EXPIRY_TIMER = "offsets-expiration"
+
+RECORD_SERDE = RecordSerde(encode_key, encode_value, decode_key, decode_value, RecordFormatError)
 
 
 @dataclass
@@ -48,7 +63,6 @@ class GroupCoordinatorShard:
             self.ctx.topic_exists = topic_exists
         self.groups_mgr = GroupManager(self.ctx)
         self.offsets_mgr = OffsetManager(self.ctx)
-        self.loading = True
 
     @property
     def partition(self) -> int:
@@ -154,9 +168,8 @@ class GroupCoordinatorShard:
                 group.state = GroupState.DEAD
                 self.ctx.membership_changed()
             return
-        group = self.groups.get(key.group)
-        if group is not None and not self.loading:
-            return  # live group: the record persists what the state machine already holds
+        # A live group's own writes are not replayed (replay_records=False): a GroupMetadata value
+        # arrives here only while the partition loads, and the group is what the record says.
         group = ClassicGroup(key.group, protocol_type=value.protocol_type or None,
                              protocol_name=value.protocol, generation_id=value.generation,
                              leader_id=value.leader, state_timestamp_ms=value.current_state_timestamp)
@@ -175,9 +188,12 @@ class GroupCoordinatorShard:
         for group_id in self.offsets_mgr.offsets:
             if group_id not in self.groups:
                 self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=-1)
-        self.loading = False
         self.groups_mgr.on_loaded()
         self._schedule_expiry()
+        log.debug("__consumer_offsets-%d holds %d groups", self.partition, len(self.groups))
 
     def on_unloaded(self) -> None:
         self.groups_mgr.on_unloaded()
+
+    def take_completions(self) -> list[Completion]:
+        return self.ctx.take_completions()

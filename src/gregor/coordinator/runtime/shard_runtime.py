@@ -1,18 +1,35 @@
-"""Runs one coordinator shard against its ``__consumer_offsets`` partition.
+"""Runs one coordinator shard against its partition (Kafka: CoordinatorRuntime, one shard of it).
 
-- **Loading** replays the partition from its log start to its end, batch by batch, however large
-  the partition or its batches are (reads ask for at least one whole batch, so there is no load
-  buffer to outgrow). While loading, the shard's groups answer COORDINATOR_LOAD_IN_PROGRESS. The
-  loader yields to the event loop between batches, so the broker keeps serving.
-- **Writing**: an operation returns a CoordinatorResult; its records are appended to the partition
-  as one batch, then replayed into the shard, then the completions it deferred run, then the
-  response is released. An operation therefore answers only once its records are in the log.
-  If the append fails, the shard is reloaded from the log rather than rolled back.
-- **Unloading** drops the state and fails every waiting request with NOT_COORDINATOR.
+Generic: the runtime knows a shard only through the ``CoordinatorShard`` protocol and its records
+only through the ``RecordSerde`` it is given (runtime/shard.py). Classic groups plug in today;
+consumer-protocol groups and share groups plug in the same way, without changes here.
 
-Operations run to completion one at a time: the append is synchronous and the event loop is
-single-threaded, so a shard's operations are serialised without a queue. (A queue per shard
-becomes necessary once appends wait for replication.)
+- **Loading** replays the partition from its log start to its end (runtime/loader.py). While
+  loading, the shard's operations fail with COORDINATOR_LOAD_IN_PROGRESS; a load that fails
+  leaves the shard FAILED (COORDINATOR_NOT_AVAILABLE, with the reason) until it is reloaded.
+- **Writing**: an operation (a request, or a timer that fired) runs on the shard and returns a
+  CoordinatorResult. Its records are appended to the partition as one batch and, unless the
+  result says their state is already applied (``replay_records=False``), replayed into the shard.
+  The write then waits in the shard's write queue (runtime/write_queue.py) until the partition's
+  committed offset reaches the offset it ends at; releasing it runs the completions the
+  operation deferred (shard.take_completions) and answers it. An operation that wrote nothing
+  is answered once the writes before it are released.
+- **The committed offset** is the partition's high watermark (``committed_offset``, by default
+  ``plog.high_watermark``). On one node that is the log end offset, so a write is released right
+  after its append, within ``execute``: the response comes back as it is, with no Deferred and no
+  task switch. When appends wait for replication, only where the committed offset comes from
+  changes: it lags the append, the partition reports each new high watermark to
+  ``on_high_watermark``, and ``execute`` hands back a Deferred meanwhile.
+- **Failures**: if an operation raises or its append fails, the completions it deferred run with
+  the error and the shard is reloaded from its log rather than rolled back.
+- **Unloading** fails the pending writes and every waiting request with NOT_COORDINATOR, and
+  drops the state.
+
+Operations of a shard never interleave, without a queue of operations: each runs to completion
+on the single-threaded event loop (the append is synchronous). What waits, in log order, is the
+writes. Reads (``read``) see the state as replayed, which on one node is always committed;
+reading at the committed offset while writes wait for replication (Kafka reads through timeline
+snapshots) is for the cluster.
 """
 
 from __future__ import annotations
@@ -22,20 +39,20 @@ import enum
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from gregor.coordinator.group.shard import GroupCoordinatorShard
-from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
+from gregor.coordinator.runtime import loader
+from gregor.coordinator.runtime.result import CoordinatorResult, Deferred, Record
+from gregor.coordinator.runtime.shard import Completion, CoordinatorShard, RecordSerde
 from gregor.coordinator.runtime.timer import EventLoopTimer, Timer
+from gregor.coordinator.runtime.write_queue import WriteQueue
 from gregor.log.partition_log import PartitionLog
-from gregor.protocol.consumer_offsets import RecordFormatError, decode_key, decode_value, encode_key, encode_value
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.protocol.records import build_batch, iter_batches, iter_key_values
+from gregor.protocol.records import build_batch
 
 log = logging.getLogger("gregor.coordinator")
 
-LOAD_READ_BYTES = 1 << 20
-Operation = Callable[[GroupCoordinatorShard], CoordinatorResult[Any]]
+S = TypeVar("S", bound=CoordinatorShard)
 
 
 class ShardState(enum.Enum):
@@ -45,20 +62,30 @@ class ShardState(enum.Enum):
     CLOSED = "closed"
 
 
-class ShardRuntime:
-    def __init__(self, partition: int, plog: PartitionLog,
-                 make_shard: Callable[[int, Timer], GroupCoordinatorShard], codec: int = 0,
-                 on_append: Callable[[], None] = lambda: None) -> None:
+class ShardRuntime(Generic[S]):
+    """``make_shard(partition, timer)`` builds the shard for each load; ``serde`` writes and reads
+    its records. ``label`` names what is loaded, for the log ("offsets and group metadata").
+    ``on_append`` is called after every append (the broker wakes fetches waiting on the
+    partition). ``committed_offset`` reads the partition's high watermark."""
+
+    def __init__(self, partition: int, plog: PartitionLog, make_shard: Callable[[int, Timer], S],
+                 serde: RecordSerde, codec: int = 0, on_append: Callable[[], None] = lambda: None,
+                 label: str = "records", committed_offset: Callable[[], int] | None = None) -> None:
         self.partition = partition
         self.plog = plog
+        self.name = f"{plog.topic}-{partition}"
         self.make_shard = make_shard
+        self.serde = serde
         self.codec = codec
         self.on_append = on_append
+        self.label = label
+        self.committed_offset = committed_offset if committed_offset is not None else lambda: plog.high_watermark
         self.state = ShardState.CLOSED
         self.timer: EventLoopTimer | None = None
-        self.shard: GroupCoordinatorShard | None = None
+        self.shard: S | None = None
+        self.writes = WriteQueue()
         self.load_error: str | None = None
-        self.load_stats: tuple[int, float] = (0, 0.0)  # records replayed, seconds
+        self.load_stats: tuple[int, float] = (0, 0.0)  # records read, seconds
         self._load_task: asyncio.Task[None] | None = None
 
     # -- loading -----------------------------------------------------------------------------
@@ -66,62 +93,28 @@ class ShardRuntime:
         self.timer = EventLoopTimer(self._run_timer)
         self.shard = self.make_shard(self.partition, self.timer)
         self.state = ShardState.LOADING
-        self._load_task = asyncio.get_running_loop().create_task(self._load())
+        self._load_task = asyncio.get_running_loop().create_task(self._load(self.shard))
         return self._load_task
 
-    async def _load(self) -> None:
-        """Replay = apply the newest value of every key, in log order. Records are first reduced
-        to the last value per key (what compaction would keep), then decoded and replayed once
-        each: a partition of a million commits to a few thousand keys decodes a few thousand."""
-        assert self.shard is not None
+    async def _load(self, shard: S) -> None:
         started = time.perf_counter()
-        count = 0
-        latest: dict[bytes, bytes | None] = {}
         try:
-            offset = self.plog.log_start_offset
-            end = self.plog.log_end_offset
-            while offset < end:
-                data = self.plog.read(offset, LOAD_READ_BYTES).records
-                if not data:
-                    break
-                for h in iter_batches(data):
-                    if h.next_offset <= offset:
-                        continue
-                    if not h.is_control:
-                        for key, value in iter_key_values(data, h):
-                            if key is not None:
-                                latest.pop(key, None)  # keep log order of the newest write
-                                latest[key] = value
-                                count += 1
-                    offset = h.next_offset
-                await asyncio.sleep(0)  # let the broker serve others between reads
-                if self.state is not ShardState.LOADING:
-                    return  # unloaded meanwhile
-            for key_bytes, value_bytes in latest.items():
-                self._replay_raw(key_bytes, value_bytes)
+            count = await loader.load(self.plog, shard, self.serde, self.name,
+                                      lambda: self.state is ShardState.LOADING and self.shard is shard)
+            if count is None:
+                return  # unloaded meanwhile
             seconds = time.perf_counter() - started
             self.load_stats = (count, seconds)
             self.state = ShardState.ACTIVE
             self.load_error = None
-            self.shard.on_loaded()
-            log.info("Finished loading offsets and group metadata from __consumer_offsets-%d in %d milliseconds "
-                     "(%d records, %d groups)", self.partition, int(seconds * 1000), count, len(self.shard.groups))
+            shard.on_loaded()
+            log.info("Finished loading %s from %s in %d milliseconds (%d records)", self.label, self.name,
+                     int(seconds * 1000), count)
         except Exception as e:  # noqa: BLE001 - a shard that cannot load must not take the broker down
             self.state = ShardState.FAILED
             self.load_error = f"{type(e).__name__}: {e}"
-            log.exception("Loading __consumer_offsets-%d failed; its groups answer COORDINATOR_NOT_AVAILABLE "
-                          "until it is reloaded", self.partition)
-
-    def _replay_raw(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
-        assert self.shard is not None
-        try:
-            key = decode_key(key_bytes)
-            value = decode_value(key, value_bytes)
-        except RecordFormatError as e:
-            log.warning("__consumer_offsets-%d: skipping undecodable record with key %r (%s)", self.partition,
-                        key_bytes[:64], e)
-            return
-        self.shard.replay(key, value)
+            log.exception("Loading %s failed; its operations answer COORDINATOR_NOT_AVAILABLE until it is "
+                          "reloaded", self.name)
 
     async def wait_loaded(self) -> None:
         if self._load_task is not None:
@@ -131,93 +124,114 @@ class ShardRuntime:
     def unload(self) -> None:
         if self.timer is not None:
             self.timer.cancel_all()
+        self.writes.fail_all(KafkaError(ErrorCode.not_coordinator, f"{self.name} is no longer loaded here"))
         if self.shard is not None:
             self.shard.on_unloaded()
         self.state = ShardState.CLOSED
         self.shard = None
-        log.info("Unloaded __consumer_offsets-%d", self.partition)
+        log.info("Unloaded %s", self.name)
 
     def reload(self) -> None:
-        log.warning("Reloading __consumer_offsets-%d from its log", self.partition)
+        log.warning("Reloading %s from its log", self.name)
         self.unload()
         self.start_loading()
 
     # -- operations --------------------------------------------------------------------------
-    def check_available(self) -> GroupCoordinatorShard:
+    def check_available(self) -> S:
         if self.state is ShardState.LOADING:
-            raise KafkaError(ErrorCode.coordinator_load_in_progress,
-                             f"__consumer_offsets-{self.partition} is loading")
+            raise KafkaError(ErrorCode.coordinator_load_in_progress, f"{self.name} is loading")
         if self.state is ShardState.FAILED:
-            raise KafkaError(ErrorCode.coordinator_not_available,
-                             f"__consumer_offsets-{self.partition} failed to load: {self.load_error}")
+            raise KafkaError(ErrorCode.coordinator_not_available, f"{self.name} failed to load: {self.load_error}")
         if self.state is not ShardState.ACTIVE or self.shard is None:
-            raise KafkaError(ErrorCode.not_coordinator, f"__consumer_offsets-{self.partition} is not loaded here")
+            raise KafkaError(ErrorCode.not_coordinator, f"{self.name} is not loaded here")
         return self.shard
 
-    def execute(self, op: Operation) -> Any:
-        """Run a write operation; returns its response or a Deferred for it."""
+    def execute(self, op: Callable[[S], CoordinatorResult[Any]]) -> Any:
+        """Run a write operation; returns its response, or a Deferred of it while its write waits
+        to be committed or its answer waits for other requests (``resolve`` awaits either)."""
         shard = self.check_available()
         try:
             result = op(shard)
         except Exception:
-            log.exception("coordinator operation failed on __consumer_offsets-%d", self.partition)
-            shard.ctx.take_after_commit()
-            self.reload()
+            log.exception("coordinator operation failed on %s", self.name)
+            self._abandon(shard.take_completions(), "coordinator operation failed; reloading")
             raise
-        self._commit(shard, result)
-        return result.response
+        return self._write(shard, result)
 
-    def read(self, fn: Callable[[GroupCoordinatorShard], Any]) -> Any:
+    def read(self, fn: Callable[[S], Any]) -> Any:
         return fn(self.check_available())
 
-    def _commit(self, shard: GroupCoordinatorShard, result: CoordinatorResult[Any]) -> None:
-        if result.records:
+    def on_high_watermark(self, offset: int) -> None:
+        """The partition's committed offset is now ``offset``: release the writes it covers."""
+        self.writes.release(offset)
+
+    def _write(self, shard: S, result: CoordinatorResult[Any]) -> Any:
+        completions = shard.take_completions()
+        records = result.records
+        if records:
             try:
-                self._append(result.records)
+                end = self._append(records)
             except Exception:
-                log.exception("appending to __consumer_offsets-%d failed", self.partition)
-                shard.ctx.take_after_commit()
-                self.reload()
-                raise KafkaError(ErrorCode.not_coordinator, "coordinator write failed; reloading") from None
-            for key, value in result.records:
-                shard.replay(key, value)
-        for fn in shard.ctx.take_after_commit():
-            fn()
+                log.exception("appending to %s failed", self.name)
+                raise self._abandon(completions, "coordinator write failed; reloading") from None
+            if result.replay_records:
+                replay = shard.replay
+                for key, value in records:
+                    replay(key, value)
+        else:
+            pending = self.writes.last_offset
+            if pending is None:  # nothing written, nothing waiting: answer now
+                for fn in completions:
+                    fn(None)
+                return result.response
+            end = pending
+        return self.writes.add(end, result.response, completions, self.committed_offset())
 
-    def _append(self, records: list[tuple[Any, Any]]) -> None:
-        now = time.time_ns() // 1_000_000
+    def _abandon(self, completions: list[Completion], reason: str) -> KafkaError:
+        """An operation or its append failed: fail what it deferred, reload the shard."""
+        error = KafkaError(ErrorCode.not_coordinator, reason)
+        for fn in completions:
+            fn(error)
+        self.reload()
+        return error
+
+    def _append(self, records: list[Record]) -> int:
+        """Append ``records`` as one batch; returns the offset the batch ends at."""
+        encode_key, encode_value = self.serde.encode_key, self.serde.encode_value
         pairs = [(encode_key(k), encode_value(v)) for k, v in records]
-        self.plog.append_batch_unchecked(build_batch(pairs, timestamp=now, codec=self.codec))
+        base = self.plog.append_batch_unchecked(build_batch(pairs, timestamp=time.time_ns() // 1_000_000,
+                                                            codec=self.codec))
         self.on_append()
+        return base + len(pairs)
 
-    def _run_timer(self, key: str, operation: Callable[[], Any]) -> None:
-        if self.state is not ShardState.ACTIVE or self.shard is None:
+    def _run_timer(self, key: str, operation: Callable[[], CoordinatorResult[Any] | None]) -> None:
+        shard = self.shard
+        if self.state is not ShardState.ACTIVE or shard is None:
             return
         try:
             result = operation()
         except Exception:
-            log.exception("timer %s failed on __consumer_offsets-%d", key, self.partition)
-            self.shard.ctx.take_after_commit()
-            self.reload()
+            log.exception("timer %s failed on %s", key, self.name)
+            self._abandon(shard.take_completions(), f"timer {key} failed; reloading")
             return
-        if isinstance(result, CoordinatorResult):
-            try:
-                self._commit(self.shard, result)
-            except KafkaError:
-                pass
+        try:
+            self._write(shard, result if result is not None else CoordinatorResult())
+        except KafkaError:
+            pass  # the append failed and the shard is reloading; logged above
 
 
 async def resolve(response: Any) -> Any:
-    """Wait for a deferred response."""
-    if not isinstance(response, Deferred):
-        return response
-    if response.done:
-        return response.result()
-    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    """Wait for a response that may be deferred (possibly a Deferred of a Deferred: a write
+    waiting to be committed whose answer waits for a rebalance). Raises the error of a failed one."""
+    while isinstance(response, Deferred):
+        if not response.done:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def done(value: Any) -> None:
-        if not fut.done():
-            fut.set_result(value)
+            def wake(_d: Deferred[Any], fut: asyncio.Future[None] = fut) -> None:
+                if not fut.done():
+                    fut.set_result(None)
 
-    response.on_complete(done)
-    return await fut
+            response.add_done_callback(wake)
+            await fut
+        response = response.result()
+    return response

@@ -1,6 +1,10 @@
 """Keyed timers (Kafka: CoordinatorTimer). ``schedule(key, ...)`` replaces a timer with the same
-key, ``cancel(key)`` removes it; a replaced or cancelled timer never runs. When a timer fires,
-its operation runs on the shard like a request: it may produce records.
+key, ``cancel(key)`` removes it; a replaced or cancelled timer never runs.
+
+When a timer fires, its operation is handed to the shard's runtime, which runs it like a request:
+at once, between other operations (a shard's operations never interleave on the single-threaded
+event loop), and its records, like a request's, are appended and wait in the shard's write queue
+until they are committed.
 
 ``EventLoopTimer`` uses the asyncio loop; ``ManualTimer`` is driven by a test's clock.
 """
@@ -13,7 +17,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any, Protocol
 
-Operation = Callable[[], Any]  # returns a CoordinatorResult (or None); runs on the shard
+Operation = Callable[[], Any]  # runs on the shard; returns a CoordinatorResult (or None)
 
 
 class Timer(Protocol):
@@ -24,7 +28,7 @@ class Timer(Protocol):
 
 class EventLoopTimer:
     def __init__(self, submit: Callable[[str, Operation], None]) -> None:
-        self._submit = submit  # enqueues the operation on the shard's queue
+        self._submit = submit  # the runtime: runs the operation as a write on the shard
         self._handles: dict[str, asyncio.TimerHandle] = {}
 
     def schedule(self, key: str, delay_ms: int, operation: Operation) -> None:
