@@ -5,7 +5,8 @@ same encoder and decoder as on the wire, so a handler sees exactly what a client
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import threading
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +133,35 @@ async def _cancel_pending() -> None:
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+
+
+class ServedBroker:
+    """An in-process broker listening on 127.0.0.1 (an ephemeral port) with its event loop in a
+    background thread, for blocking clients such as the admin tools. While it serves, the test
+    reaches the broker only through ``on_loop``."""
+
+    def __init__(self, node: InProcessBroker) -> None:
+        from gregor.server.listener import Listener
+
+        self.node = node
+        self.listener = Listener(node.config, node.services)
+        self.port: int = node.run(self.listener.start("127.0.0.1", 0))
+        node.services.cluster.set_endpoint("127.0.0.1", self.port)
+        self._thread = threading.Thread(target=node.loop.run_forever, name="in-process-broker", daemon=True)
+        self._thread.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def on_loop(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the broker's loop (between requests) and return what it returns."""
+        async def call() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.node.loop).result(10)
+
+    def stop(self) -> None:
+        self.node.loop.call_soon_threadsafe(self.node.loop.stop)
+        self._thread.join(10)
+        self.node.run(self.listener.close())
