@@ -9,7 +9,6 @@ import os
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.in_process import InProcessBroker
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")  # broker subprocesses write their output unbuffered
 
@@ -18,6 +17,9 @@ os.environ.setdefault("PYTHONUNBUFFERED", "1")  # broker subprocesses write thei
 def in_process_broker_factory(tmp_path):
     """Opens brokers without sockets over data directories under tmp_path, with config settings
     given as a dict (``{"auto.create.topics.enable": "false"}``); each is closed at the end."""
+    # imported here: the test folders that never open a broker do not load the whole of it
+    from tests.support.in_process import InProcessBroker
+
     opened: list[InProcessBroker] = []
 
     def make(settings: dict[str, str] | None = None) -> InProcessBroker:

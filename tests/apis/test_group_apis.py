@@ -4,29 +4,14 @@ consumer's life from join to leave, and the errors a client acts on."""
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.consumer_protocol import decode_assignment
 from gregor.protocol.errors import ErrorCode
+from tests.support.consumer_protocol import assignment, subscription
 
 GROUP = "g"
-
-
-def subscription(*topics: str) -> bytes:
-    """ConsumerProtocolSubscription v0."""
-    out = struct.pack(">hi", 0, len(topics))
-    for t in topics:
-        out += struct.pack(">h", len(t)) + t.encode()
-    return out + struct.pack(">i", -1)
-
-
-def assignment(topic: str, partitions: list[int]) -> bytes:
-    """ConsumerProtocolAssignment v0 with one topic."""
-    return (struct.pack(">hih", 0, 1, len(topic)) + topic.encode() + struct.pack(">i", len(partitions))
-            + b"".join(struct.pack(">i", p) for p in partitions) + struct.pack(">i", -1))
 
 
 @pytest.fixture
@@ -79,7 +64,7 @@ def test_one_consumer_from_join_to_leave(node):
     assert joined.error_code == ErrorCode.none and joined.leader == member and joined.protocol_name == "range"
     assert [(m.member_id, m.metadata) for m in joined.members] == [(member, subscription("t"))]
     generation = joined.generation_id
-    synced = sync(node, generation, member, {member: assignment("t", [0, 1])})
+    synced = sync(node, generation, member, {member: assignment({"t": [0, 1]})})
     assert synced.error_code == ErrorCode.none and decode_assignment(synced.assignment) == [("t", [0, 1])]
     assert heartbeat(node, generation, member) == ErrorCode.none
     assert commit(node, generation, member, {0: 5, 1: 7}) == [ErrorCode.none, ErrorCode.none]
