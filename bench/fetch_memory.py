@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from confluent_kafka import Producer  # noqa: E402
 
 import peers  # noqa: E402
-from gregor.protocol import codec  # noqa: E402
+from gregor.admin.wire_client import decode_response_frame, request_frame  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
@@ -62,10 +62,7 @@ def fetch_request(corr: int, topic: str, offset: int, max_bytes: int) -> bytes:
                                                         "fetch_offset": offset, "log_start_offset": -1,
                                                         "partition_max_bytes": max_bytes}]}],
             "forgotten_topics_data": [], "rack_id": ""}
-    cid = b"bench"
-    payload = struct.pack(">hhih", 1, 11, corr, len(cid)) + cid
-    payload += codec.encode_body(codec.build(codec.request_schema(1, 11), body))
-    return struct.pack(">i", len(payload)) + payload
+    return request_frame(1, 11, corr, body, "bench")
 
 
 def recv_exact(s: socket.socket, n: int) -> bytes:
@@ -91,7 +88,7 @@ def read_all(port: int, topic: str, end: int, max_bytes: int, passes: int, out: 
             s.sendall(fetch_request(corr, topic, offset, max_bytes))
             size = struct.unpack(">i", recv_exact(s, 4))[0]
             frame = recv_exact(s, size)
-            resp = codec.decode_response(1, 11, frame[4:])
+            _corr, resp = decode_response_frame(1, 11, frame)
             records = resp.responses[0].partitions[0].records or b""
             total += len(records)
             # next offset: walk the batch headers (base offset at 0, records count at 57)

@@ -1,5 +1,6 @@
-"""A minimal asyncio Kafka protocol client for the benchmarks: one request in flight per
-connection, requests encoded and responses decoded with the schema-generated codec (kio)."""
+"""The benchmarks' asyncio Kafka client: one request in flight per connection. Requests are
+framed and responses decoded by ``gregor.admin.wire_client`` (the blocking client's functions);
+this adds only the asyncio transport, so that one process drives hundreds of connections."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import struct
 from typing import Any
 
-from gregor.protocol import codec
+from gregor.admin.wire_client import decode_response_frame, request_frame
 
 
 class Connection:
@@ -25,18 +26,13 @@ class Connection:
 
     def encode(self, api_key: int, version: int, body: dict[str, Any]) -> bytes:
         self.corr += 1
-        header = struct.pack(">hhih", api_key, version, self.corr, len(self.client_id)) + self.client_id
-        if codec.is_flexible(api_key, version):
-            header += b"\x00"
-        payload = header + codec.encode_body(codec.build(codec.request_schema(api_key, version), body))
-        return struct.pack(">i", len(payload)) + payload
+        return request_frame(api_key, version, self.corr, body, self.client_id)
 
     async def call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         self.writer.write(self.encode(api_key, version, body))
         size = struct.unpack(">i", await self.reader.readexactly(4))[0]
-        frame = await self.reader.readexactly(size)
-        flexible = api_key != 18 and codec.response_schema(api_key, version).__flexible__
-        return codec.decode_response(api_key, version, frame[5 if flexible else 4 :])
+        _corr, response = decode_response_frame(api_key, version, await self.reader.readexactly(size))
+        return response
 
     async def close(self) -> None:
         self.writer.close()

@@ -11,10 +11,9 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol import codec
 from gregor.protocol.records import build_batch
-
-from .wire import Wire
 
 MiB = 1 << 20
 

@@ -3,10 +3,9 @@
 import threading
 import time
 
+from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import build_batch
-
-from .wire import Wire
 
 
 def produce(w, topic, n=1, size=10, partition=0):

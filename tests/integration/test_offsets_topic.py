@@ -6,6 +6,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.consumer_offsets import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -14,8 +15,6 @@ from gregor.protocol.consumer_offsets import (
     partition_for,
 )
 from gregor.protocol.errors import ErrorCode
-
-from .wire import Wire
 
 
 def test_commits_are_kafka_records_in_the_groups_partition(broker):

@@ -17,10 +17,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import build_batch
 from tests.integration.conftest import BrokerProcess
-from tests.integration.wire import Wire
 
 VALUE = 10 * 1024
 

@@ -12,8 +12,8 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.errors import ErrorCode
-from tests.integration.wire import Wire
 
 
 def broker_fds(b) -> int:

@@ -1,15 +1,13 @@
 """A blocking Kafka admin client: bootstrap, ApiVersions negotiation, routing to the group
-coordinator. Requests are encoded with Gregor's schema-driven encoder and responses decoded with
-kio, so every API and version Kafka defines is available."""
+coordinator. Requests go over ``wire_client`` (encoded with Gregor's schema-driven encoder,
+responses decoded with kio), so every API and version Kafka defines is available."""
 
 from __future__ import annotations
 
-import socket
-import struct
 from dataclasses import dataclass
 from typing import Any
 
-from gregor.protocol import codec, encoder
+from gregor.admin.wire_client import WireClient
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 
@@ -33,13 +31,13 @@ class Node:
 
 
 class Connection:
-    def __init__(self, host: str, port: int, timeout: float, client_id: bytes) -> None:
+    """A connection to one broker with the API versions it offered."""
+
+    def __init__(self, host: str, port: int, timeout: float, client_id: str) -> None:
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
+            self.wire = WireClient(f"{host}:{port}", timeout, client_id)
         except OSError as e:
             raise AdminError(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
-        self.client_id = client_id
-        self.corr = 0
         self.versions: dict[int, tuple[int, int]] = {}
         resp = self._call(ApiKey.API_VERSIONS, 0, {})
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
@@ -55,37 +53,19 @@ class Connection:
         return self._call(api_key, self.version_for(api_key), body)
 
     def _call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
-        self.corr += 1
-        header = struct.pack(">hhih", api_key, version, self.corr, len(self.client_id)) + self.client_id
-        if codec.is_flexible(api_key, version):
-            header += b"\x00"
-        payload = header + encoder.encode(codec.request_schema(api_key, version), body)
         try:
-            self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-            size = struct.unpack(">i", self._read(4))[0]
-            frame = self._read(size)
+            return self.wire.call(api_key, version, body)
         except OSError as e:
             raise AdminError(f"{ApiKey(api_key).name}: connection failed: {e}") from None
-        flexible = api_key != ApiKey.API_VERSIONS and codec.response_schema(api_key, version).__flexible__
-        return codec.decode_response(api_key, version, frame[5 if flexible else 4 :])
-
-    def _read(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise OSError("connection closed by the broker")
-            buf += chunk
-        return bytes(buf)
 
     def close(self) -> None:
-        self.sock.close()
+        self.wire.close()
 
 
 class AdminClient:
     def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "gregor-cli") -> None:
         self.timeout = timeout
-        self.client_id = client_id.encode()
+        self.client_id = client_id
         self._conns: dict[tuple[str, int], Connection] = {}
         host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
         if not host or not port.isdigit():
