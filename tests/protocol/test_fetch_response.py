@@ -4,9 +4,9 @@ import uuid
 
 import pytest
 
-from gregor.protocol import codec
 from gregor.protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
 from gregor.protocol.records import build_batch
+from tests.support.kio_entities import build_response, kio_bytes
 
 RECORDS = build_batch([(b"k", b"v"), (None, b"w")])
 
@@ -23,7 +23,7 @@ def test_matches_generated_encoder(version):
     ]
     ours = b"".join(encode_fetch_response(version, 0, 0, topics))
     key = "topic_id" if version >= 13 else "topic"
-    generic = codec.encode_body(codec.build_response(1, version, {
+    generic = kio_bytes(build_response(1, version, {
         "throttle_time": 0, "error_code": 0, "session_id": 0,
         "responses": [{key: t.topic, "partitions": [
             {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,

@@ -1,15 +1,17 @@
-"""Encode responses straight from plain dicts, without building kio objects.
+"""Encode responses (and the requests of Gregor's own clients) straight from plain dicts, without
+building kio objects.
 
 kio decodes requests in native code, but its writer is pure Python with per-value type checks;
 on the coordinator's hot paths (commits, heartbeats, joins) encoding a response with it cost
 more than handling the request. This module compiles, once per schema class, a list of small
-closures from the same generated metadata kio uses (field order, ``kafka_type``, nullability,
-tags, defaults, flexible versions) and runs them over the handler's dict. Keys a version does
-not have are ignored; missing keys take the schema default. Millisecond integers are accepted
+closures from the metadata kio generates on its schema classes (field order, ``kafka_type``,
+nullability, tags, defaults, flexible versions; read through ``kio_schema``) and runs them over
+the handler's dict. Keys a version does not have are ignored; missing keys take the schema
+default, or Kafka's (zero, empty) where the schema has none. Millisecond integers are accepted
 where kio wants timedeltas or datetimes, bytes where it wants UUIDs.
 
 ``tests/protocol/test_encoder.py`` checks it byte for byte against kio's writer for every
-response version Gregor serves.
+response version Gregor serves and for the requests its clients send.
 """
 
 from __future__ import annotations
@@ -22,17 +24,7 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveField,
-    PrimitiveTupleField,
-    classify_field,
-    get_field_tag,
-    get_schema_field_type,
-    is_optional,
-)
-
+from gregor.protocol.kio_schema import FieldShape, field_shape, is_flexible
 from gregor.protocol.varint import write_uvarint
 
 Out = bytearray
@@ -126,14 +118,14 @@ def _array(item: Write, flexible: bool) -> Write:
     return write_array
 
 
-def _default_of(f: dataclasses.Field[Any], kafka_type: str, fc: Any) -> Any:
+def _default_of(f: dataclasses.Field[Any], kafka_type: str, shape: FieldShape) -> Any:
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
-    if fc.is_array:
+    if shape.is_array:
         return ()
-    if isinstance(fc, EntityField):
+    if shape.is_struct:
         return {}
     if kafka_type in ("string",):
         return ""
@@ -163,17 +155,17 @@ def _is_default(value: Any, default: Any) -> bool:
 
 @cache
 def entity_encoder(cls: Any) -> Write:
-    flexible = bool(cls.__flexible__)
+    flexible = is_flexible(cls)
     plain: list[tuple[str, Write, Any]] = []
     tagged: list[tuple[int, str, Write, Any]] = []
     for f in dataclasses.fields(cls):
-        tag = get_field_tag(f)
-        fc = classify_field(f)
-        kafka_type = get_schema_field_type(f) if isinstance(fc, PrimitiveField | PrimitiveTupleField) else "struct"
-        nullable = tag is None and is_optional(f)
+        shape = field_shape(f)
+        tag = shape.tag
+        kafka_type = shape.kafka_type or "struct"
+        nullable = tag is None and shape.nullable
         write: Write
-        if isinstance(fc, EntityField):
-            inner = entity_encoder(fc.type_)
+        if shape.is_struct and not shape.is_array:
+            inner = entity_encoder(shape.type_)
             if nullable:
                 def w_nullable(out: Out, v: Any, inner: Write = inner) -> None:
                     if v is None:
@@ -184,16 +176,15 @@ def entity_encoder(cls: Any) -> Write:
                 write = w_nullable
             else:
                 write = inner
-        elif isinstance(fc, EntityTupleField):
-            write = _array(entity_encoder(fc.type_), flexible)
-        elif isinstance(fc, PrimitiveTupleField):
+        elif shape.is_struct:
+            write = _array(entity_encoder(shape.type_), flexible)
+        elif shape.is_array:
             write = _array(_primitive(kafka_type, flexible, False), flexible)
         else:
-            assert isinstance(fc, PrimitiveField)
             write = _primitive(kafka_type, flexible, nullable)
-        default = _default_of(f, kafka_type, fc)
+        default = _default_of(f, kafka_type, shape)
         if tag is not None:
-            tagged.append((int(tag), f.name, write, default))
+            tagged.append((tag, f.name, write, default))
         else:
             plain.append((f.name, write, default))
     tagged.sort()

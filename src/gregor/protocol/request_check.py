@@ -32,8 +32,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from kio.serial._introspect import get_field_tag, get_schema_field_type
-
+from gregor.protocol.kio_schema import field_tag, kafka_type
 from gregor.protocol.varint import read_uvarint, write_uvarint
 
 # Every array element of a request counts against this (kio builds one Python object or value
@@ -204,14 +203,14 @@ def _field(f: dataclasses.Field[Any], hint: Any, flexible: bool) -> _Compiled:
             inner = struct_checker(typing.cast(type, elem_tp))
             elem = _Compiled(inner.check, inner.min_size)
         else:
-            elem = _primitive(name, get_schema_field_type(f), flexible, elem_nullable)
+            elem = _primitive(name, kafka_type(f), flexible, elem_nullable)
         return _Compiled(_array(name, elem.check, elem.min_size, flexible, nullable), 1 if flexible else 4)
     if dataclasses.is_dataclass(tp):
         inner = struct_checker(tp)  # type: ignore[arg-type]
-        if nullable and get_field_tag(f) is None:
+        if nullable and field_tag(f) is None:
             return _Compiled(_nullable_struct(name, inner.check), 1)
         return inner
-    return _primitive(name, get_schema_field_type(f), flexible, nullable)
+    return _primitive(name, kafka_type(f), flexible, nullable)
 
 
 def _primitive(name: str, kafka_type: str, flexible: bool, nullable: bool) -> _Compiled:
@@ -293,9 +292,9 @@ def struct_checker(cls: type) -> _Compiled:
     min_size = 0
     for f in dataclasses.fields(cls):
         compiled = _field(f, hints[f.name], flexible)
-        tag = get_field_tag(f)
+        tag = field_tag(f)
         if tag is not None:
-            tagged[int(tag)] = compiled.check
+            tagged[tag] = compiled.check
             continue
         plain.append((compiled.check, getattr(compiled.check, "fixed_size", None)))
         min_size += compiled.min_size
