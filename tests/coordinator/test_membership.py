@@ -2,28 +2,11 @@
 
 from gregor.protocol.consumer_offsets import GroupMetadataKey
 from gregor.protocol.errors import ErrorCode as E
-
-from .context import ShardContext
-
-
-def stable_group(ctx: ShardContext, n: int = 2, group: str = "g"):
-    """n members join in one generation and sync: returns (member ids, generation).
-    Every member first gets its id (MEMBER_ID_REQUIRED); the rebalance completes when the last
-    pending member has joined."""
-    ids = [ctx.join(group).member_id for _ in range(n)]
-    pending = [ctx.join(group, member_id=m) for m in ids]
-    results = [d.result() for d in pending]
-    gen = results[0].generation_id
-    assert all(r.generation_id == gen and r.error == 0 for r in results), results
-    leader = results[0].leader
-    syncs = {mid: ctx.sync(group, gen, mid, {m: m.encode() for m in ids} if mid == leader else None) for mid in ids}
-    assert ctx.state(group) == "Stable"
-    assert all(s.result().assignment == mid.encode() for mid, s in syncs.items())
-    return ids, gen
+from tests.coordinator.harness import GroupShardHarness, stable_group
 
 
 def test_new_dynamic_member_gets_member_id_required_then_joins():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     first = ctx.join()
     assert first.error == E.member_id_required and first.member_id.startswith("client-")
     assert ctx.state() == "Empty"
@@ -35,13 +18,13 @@ def test_new_dynamic_member_gets_member_id_required_then_joins():
 
 
 def test_join_v3_and_older_needs_no_member_id_round_trip():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     r = ctx.join(require_known=False).result()
     assert r.error == 0 and r.generation_id == 1
 
 
 def test_invalid_group_and_session_timeouts():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     assert ctx.join(group="").error == E.invalid_group_id
     assert ctx.join(session=10).error == E.invalid_session_timeout
     assert ctx.join(session=10**8).error == E.invalid_session_timeout
@@ -49,14 +32,14 @@ def test_invalid_group_and_session_timeouts():
 
 
 def test_inconsistent_protocols_are_refused():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     stable_group(ctx, 1)
     assert ctx.join(protocol_type="connect").error == E.inconsistent_group_protocol
     assert ctx.join(protocols=[("roundrobin", b"")]).error == E.inconsistent_group_protocol
 
 
 def test_full_rebalance_and_sync_with_leader_assignment_written():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 3)
     assert gen >= 1
     group = ctx.shard.groups["g"]
@@ -71,7 +54,7 @@ def test_full_rebalance_and_sync_with_leader_assignment_written():
 
 
 def test_sync_errors():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
     assert ctx.sync("g", gen, "nobody").result().error == E.unknown_member_id
     assert ctx.sync("g", gen + 5, ids[0]).result().error == E.illegal_generation
@@ -82,7 +65,7 @@ def test_sync_errors():
 
 
 def test_heartbeat_errors_by_state():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
     assert ctx.heartbeat("g", gen, ids[0]) == E.none
     assert ctx.heartbeat("g", gen - 1, ids[0]) == E.illegal_generation
@@ -96,14 +79,14 @@ def test_heartbeat_errors_by_state():
 
 
 def test_sync_during_preparing_rebalance_is_rebalance_in_progress():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
     ctx.join_new()
     assert ctx.sync("g", gen, ids[0]).result().error == E.rebalance_in_progress
 
 
 def test_follower_rejoin_with_same_metadata_in_stable_returns_current_generation():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
     leader = ctx.shard.groups["g"].leader_id
     follower = next(i for i in ids if i != leader)
@@ -116,7 +99,7 @@ def test_follower_rejoin_with_same_metadata_in_stable_returns_current_generation
 
 
 def test_changed_subscription_triggers_rebalance():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
     leader = ctx.shard.groups["g"].leader_id
     follower = next(i for i in ids if i != leader)
@@ -128,7 +111,7 @@ def test_changed_subscription_triggers_rebalance():
 
 
 def test_session_timeout_removes_member_and_rebalances():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
     ctx.sleep(5_000)
     assert ctx.heartbeat("g", gen, ids[0]) == E.none
@@ -142,7 +125,7 @@ def test_session_timeout_removes_member_and_rebalances():
 
 
 def test_rebalance_timeout_drops_members_that_do_not_rejoin():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 3)
     d = ctx.join(member_id=ids[0], protocols=[("range", b"x")])  # forces a rebalance
     assert not d.done
@@ -154,7 +137,7 @@ def test_rebalance_timeout_drops_members_that_do_not_rejoin():
 
 
 def test_sync_timeout_removes_members_that_never_sync():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids = [ctx.join().member_id for _ in range(2)]
     pending = [ctx.join(member_id=m) for m in ids]
     r = pending[0].result()
@@ -171,20 +154,20 @@ def test_sync_timeout_removes_members_that_never_sync():
 
 
 def test_leave_group_batch_and_last_member_empties_group():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
-    top, results = ctx.leave("g", (ids[0], None), ("ghost", None))
-    assert top == E.none and [c for _m, _i, c in results] == [E.none, E.unknown_member_id]
+    left = ctx.leave("g", (ids[0], None), ("ghost", None))
+    assert left.error == E.none and [m.error for m in left.members] == [E.none, E.unknown_member_id]
     assert ctx.state() == "PreparingRebalance"
-    top, _ = ctx.leave("g", (ids[1], None))
+    ctx.leave("g", (ids[1], None))
     assert ctx.state() == "Empty"
     group = ctx.shard.groups["g"]
     assert group.generation_id == gen + 1 and not group.members
-    assert ctx.leave("nogroup", ("x", None))[1][0][2] == E.unknown_member_id
+    assert ctx.leave("nogroup", ("x", None)).members[0].error == E.unknown_member_id
 
 
 def test_static_member_restart_keeps_assignment_without_rebalance():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     r = ctx.join(instance="pod-1").result()  # static members need no member-id round trip
     gen = r.generation_id
     ctx.sync("g", gen, r.member_id, {r.member_id: b"a1"})
@@ -198,19 +181,19 @@ def test_static_member_restart_keeps_assignment_without_rebalance():
     assert ctx.sync("g", gen, r.member_id, instance="pod-1").result().error == E.fenced_instance_id
     assert ctx.commit("g", {("t", 0): 5}, generation=gen, member_id=r.member_id, instance="pod-1") == {
         ("t", 0): E.fenced_instance_id}
-    assert ctx.leave("g", (r.member_id, "pod-1"))[1][0][2] == E.fenced_instance_id
+    assert ctx.leave("g", (r.member_id, "pod-1")).members[0].error == E.fenced_instance_id
 
 
 def test_static_member_leave_by_instance_id():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     r = ctx.join(instance="pod-1").result()
     ctx.sync("g", r.generation_id, r.member_id, {r.member_id: b"x"})
-    assert ctx.leave("g", ("", "pod-1"))[1][0][2] == E.none
+    assert ctx.leave("g", ("", "pod-1")).members[0].error == E.none
     assert ctx.state() == "Empty"
 
 
 def test_group_max_size():
-    ctx = ShardContext().with_config(max_size=2)
+    ctx = GroupShardHarness().with_config(max_size=2)
     ids, _ = stable_group(ctx, 2)
     assert ctx.join().error == E.group_max_size_reached  # Stable and full: refused at once
     d = ctx.join(member_id=ids[0])  # members may still rejoin
@@ -218,7 +201,7 @@ def test_group_max_size():
 
 
 def test_initial_rebalance_delay_waits_for_more_members():
-    ctx = ShardContext().with_config(initial_rebalance_delay_ms=3000)
+    ctx = GroupShardHarness().with_config(initial_rebalance_delay_ms=3000)
     a, da = ctx.join_new()
     ctx.sleep(1000)
     b, db = ctx.join_new()
@@ -233,7 +216,7 @@ def test_initial_rebalance_delay_waits_for_more_members():
 
 
 def test_pending_member_that_never_rejoins_expires():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     first = ctx.join()
     group = ctx.shard.groups["g"]
     assert first.member_id in group.pending_members
@@ -243,7 +226,7 @@ def test_pending_member_that_never_rejoins_expires():
 
 def test_cooperative_protocol_two_phase_rebalance():
     """cooperative-sticky: members rejoin after revoking; the coordinator stays out of the way."""
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     coop = [("cooperative-sticky", b"owned:none")]
     a, da = ctx.join_new(protocols=coop)
     ra = da.result()
@@ -265,7 +248,7 @@ def test_cooperative_protocol_two_phase_rebalance():
 
 
 def test_loaded_group_is_stable_with_members_and_expires_them():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
     shard = ctx.reload()
     group = shard.groups["g"]
@@ -279,7 +262,7 @@ def test_loaded_group_is_stable_with_members_and_expires_them():
 def test_zero_initial_delay_still_waits_for_members_with_fresh_ids():
     """With group.initial.rebalance.delay.ms=0 the first generation still holds every member that
     was just handed an id, even when the delay timer fires between their joins."""
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids = [ctx.join().member_id for _ in range(5)]
     pending = []
     for m in ids:
@@ -288,3 +271,33 @@ def test_zero_initial_delay_still_waits_for_members_with_fresh_ids():
     gens = {d.result().generation_id for d in pending}
     assert gens == {1}
     assert len(next(d.result() for d in pending if d.result().members).members) == 5
+
+
+def test_static_member_replaced_while_completing_rebalance_does_not_end_the_rebalance():
+    """A static member's restart during CompletingRebalance writes the group as it stands; the
+    rebalance goes on (the record persists state the group already holds, it is not replayed
+    into it) and the leader's assignment still reaches every member."""
+    ctx = GroupShardHarness()
+    static = ctx.join(instance="pod-1").result()
+    dyn, d = ctx.join_new()
+    leader_join = ctx.join(member_id=static.member_id, instance="pod-1")  # rejoin: completes the rebalance
+    gen = d.result().generation_id
+    assert ctx.state() == "CompletingRebalance" and leader_join.result().generation_id == gen
+    restarted = ctx.join(instance="pod-1").result()  # unknown member id, same instance id
+    assert restarted.error == E.none and restarted.generation_id == gen
+    assert ctx.last_records and ctx.state() == "CompletingRebalance"
+    leader = ctx.shard.groups["g"].leader_id
+    follower = next(m for m in (restarted.member_id, dyn) if m != leader)
+    waiting = ctx.sync("g", gen, follower, instance="pod-1" if follower == restarted.member_id else None)
+    assert not waiting.done
+    ctx.sync("g", gen, leader, {restarted.member_id: b"s", dyn: b"d"},
+             instance="pod-1" if leader == restarted.member_id else None)
+    assert ctx.state() == "Stable"
+    assert waiting.result().error == E.none and waiting.result().assignment in (b"s", b"d")
+
+
+def test_rebalance_counters_survive_the_groups_own_writes():
+    ctx = GroupShardHarness()
+    stable_group(ctx, 2)
+    group = ctx.shard.groups["g"]
+    assert group.rebalances == 1 and group.last_rebalance_ms >= 0

@@ -2,15 +2,13 @@
 
 from gregor.protocol.consumer_offsets import GroupMetadataKey, OffsetCommitKey
 from gregor.protocol.errors import ErrorCode as E
-
-from .context import ShardContext
-from .test_membership import stable_group
+from tests.coordinator.harness import GroupShardHarness, stable_group
 
 DAY = 24 * 3600 * 1000
 
 
 def test_assign_mode_commit_without_group_creates_empty_group():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     errors = ctx.commit("standalone", {("t", 0): 10, ("t", 1): 20}, metadata="m")
     assert errors == {("t", 0): E.none, ("t", 1): E.none}
     assert ctx.committed("standalone") == {("t", 0): 10, ("t", 1): 20}
@@ -22,7 +20,7 @@ def test_assign_mode_commit_without_group_creates_empty_group():
 
 
 def test_member_commit_rules():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
     assert ctx.commit("g", {("t", 0): 5}, gen, ids[0]) == {("t", 0): E.none}
     assert ctx.commit("g", {("t", 0): 5}, gen + 1, ids[0]) == {("t", 0): E.illegal_generation}
@@ -34,7 +32,7 @@ def test_member_commit_rules():
 
 
 def test_commit_during_rebalance_phases():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 2)
     ctx.join_new()  # PreparingRebalance: commits still accepted (Kafka)
     assert ctx.commit("g", {("t", 0): 7}, gen, ids[0]) == {("t", 0): E.none}
@@ -46,7 +44,7 @@ def test_commit_during_rebalance_phases():
 
 
 def test_metadata_too_large_and_unknown_topic():
-    ctx = ShardContext(topics={"t": 2}).with_config(offset_metadata_max_bytes=10)
+    ctx = GroupShardHarness(topics={"t": 2}).with_config(offset_metadata_max_bytes=10)
     errors = ctx.commit("g", {("t", 0): 1}, metadata="x" * 11)
     assert errors == {("t", 0): E.offset_metadata_too_large}
     assert ctx.commit("g", {("nope", 0): 1, ("t", 5): 1, ("t", 1): 1}) == {
@@ -55,7 +53,7 @@ def test_metadata_too_large_and_unknown_topic():
 
 
 def test_offsets_survive_reload():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     for i in range(100):
         ctx.commit("g", {("t", i % 10): i})
     ctx.reload()
@@ -63,7 +61,7 @@ def test_offsets_survive_reload():
 
 
 def test_delete_groups():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ids, gen = stable_group(ctx, 1, group="busy")
     ctx.commit("idle", {("t", 0): 1})
     r = ctx.run(ctx.shard.delete_groups(["idle", "busy", "nothing"]))
@@ -74,21 +72,22 @@ def test_delete_groups():
 
 
 def test_offset_delete_refuses_subscribed_topics_of_active_group():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     # consumer protocol subscription v0: version, topics ["t"], user data
     sub = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\x00\x00\x00\x00"
     mid, d = ctx.join_new(protocols=[("range", sub)])
     r = d.result()
     ctx.sync("g", r.generation_id, mid, {mid: b""})
     ctx.commit("g", {("t", 0): 1, ("other", 0): 2}, r.generation_id, mid)
-    top, errors = ctx.run(ctx.shard.delete_offsets("g", [("t", 0), ("other", 0)]))
-    assert top == E.none and errors == {("t", 0): E.group_subscribed_to_topic, ("other", 0): E.none}
+    deleted = ctx.run(ctx.shard.delete_offsets("g", [("t", 0), ("other", 0)]))
+    assert deleted.error == E.none
+    assert deleted.partitions == {("t", 0): E.group_subscribed_to_topic, ("other", 0): E.none}
     assert ctx.committed("g") == {("t", 0): 1}
-    assert ctx.run(ctx.shard.delete_offsets("nogroup", [("t", 0)]))[0] == E.group_id_not_found
+    assert ctx.run(ctx.shard.delete_offsets("nogroup", [("t", 0)])).error == E.group_id_not_found
 
 
 def test_expiry_of_empty_group_counts_from_when_it_became_empty():
-    ctx = ShardContext().with_config(offsets_retention_ms=DAY, offsets_retention_check_interval_ms=60_000)
+    ctx = GroupShardHarness().with_config(offsets_retention_ms=DAY, offsets_retention_check_interval_ms=60_000)
     ids, gen = stable_group(ctx, 1)
     ctx.commit("g", {("t", 0): 5}, gen, ids[0])
     ctx.sleep(2 * DAY // 3)  # keep the member alive? no: it times out and the group empties
@@ -104,7 +103,7 @@ def test_expiry_of_empty_group_counts_from_when_it_became_empty():
 
 
 def test_offsets_of_a_group_with_members_do_not_expire():
-    ctx = ShardContext().with_config(offsets_retention_ms=60_000, offsets_retention_check_interval_ms=10_000)
+    ctx = GroupShardHarness().with_config(offsets_retention_ms=60_000, offsets_retention_check_interval_ms=10_000)
     ids, gen = stable_group(ctx, 1)
     ctx.commit("g", {("t", 0): 5}, gen, ids[0])
     for _ in range(30):
@@ -114,7 +113,7 @@ def test_offsets_of_a_group_with_members_do_not_expire():
 
 
 def test_standalone_offsets_expire_from_commit_time_and_explicit_retention():
-    ctx = ShardContext().with_config(offsets_retention_ms=60_000, offsets_retention_check_interval_ms=1_000)
+    ctx = GroupShardHarness().with_config(offsets_retention_ms=60_000, offsets_retention_check_interval_ms=1_000)
     ctx.commit("s", {("t", 0): 1})
     ctx.commit("r", {("t", 0): 1}, retention_ms=5_000)  # OffsetCommit v2-v4 retention time
     ctx.sleep(6_000)
@@ -129,7 +128,7 @@ def test_standalone_offsets_expire_from_commit_time_and_explicit_retention():
 def test_expiry_logs_like_kafka(caplog):
     import logging
 
-    ctx = ShardContext().with_config(offsets_retention_ms=1_000, offsets_retention_check_interval_ms=1_000)
+    ctx = GroupShardHarness().with_config(offsets_retention_ms=1_000, offsets_retention_check_interval_ms=1_000)
     ctx.commit("s", {("t", 0): 1, ("t", 1): 1})
     with caplog.at_level(logging.INFO, logger="gregor.coordinator"):
         ctx.sleep(2_000)
@@ -137,7 +136,7 @@ def test_expiry_logs_like_kafka(caplog):
 
 
 def test_deleted_topic_offsets_are_removed():
-    ctx = ShardContext()
+    ctx = GroupShardHarness()
     ctx.commit("g", {("gone", 0): 1, ("kept", 0): 2})
     ctx.run(ctx.shard.delete_topic_offsets("gone"))
     assert ctx.committed("g") == {("kept", 0): 2}

@@ -20,8 +20,7 @@ from gregor.protocol.consumer_offsets import (
     encode_value,
 )
 from gregor.protocol.records import build_batch
-
-from .context import DEFAULT
+from tests.coordinator.harness import DEFAULT
 
 groups = st.sampled_from(["a", "b", "c"])
 record = st.one_of(

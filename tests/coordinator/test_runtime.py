@@ -6,9 +6,8 @@ import asyncio
 import pytest
 
 from gregor.config import BrokerConfig
+from gregor.coordinator.group.api import CommitPartition, CommitRequest, HeartbeatRequest, JoinRequest
 from gregor.coordinator.group.context import GroupConfig
-from gregor.coordinator.group.group_manager import JoinRequest
-from gregor.coordinator.group.offset_manager import CommitPartition, CommitRequest
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.log.partition_log import PartitionLog, now_ms
@@ -193,7 +192,7 @@ def test_writes_wait_for_the_committed_offset_and_are_released_in_order(plog):
         second = CommitRequest("g", -1, "", None, [CommitPartition("t", 1, 2, -1, "")])
         a = asyncio.ensure_future(resolve(rt.execute(lambda s: s.commit_offsets(first))))
         b = asyncio.ensure_future(resolve(rt.execute(lambda s: s.commit_offsets(second))))
-        c = asyncio.ensure_future(resolve(rt.execute(lambda s: s.heartbeat("g", 0, "nobody", None))))
+        c = asyncio.ensure_future(resolve(rt.execute(lambda s: s.heartbeat(HeartbeatRequest("g", 0, "nobody")))))
         await asyncio.sleep(0.01)
         assert not (a.done() or b.done() or c.done()) and len(rt.writes) == 3
         assert plog.log_end_offset == 2

@@ -26,7 +26,7 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     elif not key and ctx.version < 4:
         entry.update(error_code=ErrorCode.invalid_group_id, error_message="empty group id")
     else:
-        code, message = ctx.groups.status(key)
+        code, message = ctx.groups.coordinator_status(key)
         entry.update(error_code=code, error_message=message)
     if entry["error_code"]:
         entry.update(node_id=-1, host="", port=-1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
@@ -11,21 +10,13 @@ from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 
-def _describe(shard: Any, group_id: str) -> Any:
-    return shard.describe_group(group_id)
-
-
-def _delete(shard: Any, group_id: str) -> Any:
-    return shard.delete_groups([group_id])
-
-
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 5)
 async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     out = []
     ops = GROUP_OPERATIONS if getattr(req, "include_authorized_operations", False) else OMITTED
     for group_id in req.groups:
         try:
-            d = ctx.groups.read(group_id, functools.partial(_describe, group_id=group_id))
+            d = ctx.groups.describe_group(group_id)
             out.append({"error_code": d.error, "group_id": group_id, "group_state": d.state,
                         "protocol_type": d.protocol_type, "protocol_data": d.protocol_name, "members": d.members,
                         "authorized_operations": ops})
@@ -41,14 +32,10 @@ async def list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     types = {t.lower() for t in getattr(req, "types_filter", ())}
     if types and "classic" not in types:
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
-    coordinator = ctx.groups
-    groups = []
-    for shard in coordinator.active_shards():
-        for group_id, protocol_type, state in shard.list_groups(states):
-            groups.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
-                           "group_type": "classic"})
-    code = ErrorCode.coordinator_load_in_progress if coordinator.loading else ErrorCode.none
-    return {"throttle_time": 0, "error_code": code, "groups": sorted(groups, key=lambda g: g["group_id"])}
+    result = ctx.groups.list_groups(states)
+    return {"throttle_time": 0, "error_code": result.error, "groups": [
+        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": "classic"}
+        for g in result.groups]}
 
 
 @handles(ApiKey.DELETE_GROUPS, 0, 2)
@@ -56,8 +43,7 @@ async def delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     results = []
     for group_id in req.groups_names:
         try:
-            errors = await ctx.groups.write(group_id, functools.partial(_delete, group_id=group_id))
-            code = errors[group_id]
+            code = await ctx.groups.delete_group(group_id)
         except KafkaError as e:
             code = e.code
         results.append({"group_id": group_id, "error_code": code})

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
+from gregor.coordinator.group.api import HeartbeatRequest
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 
 @handles(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    instance = getattr(req, "group_instance_id", None)
+    hb = HeartbeatRequest(req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None))
     try:
-        code = await ctx.groups.write(
-            req.group_id, lambda s: s.heartbeat(req.group_id, req.generation_id, req.member_id, instance))
+        code = await ctx.groups.heartbeat(hb)
     except KafkaError as e:
         # Kafka answers heartbeats blindly while the coordinator loads
         code = ErrorCode.none if e.code == ErrorCode.coordinator_load_in_progress else e.code

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
-from gregor.coordinator.group.group_manager import JoinRequest
-from gregor.coordinator.group.model import JoinResult
+from gregor.coordinator.group.api import JoinRequest, JoinResult
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import KafkaError
 
@@ -27,7 +26,7 @@ async def join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
         client_id=ctx.header.client_id or "", client_host=client_host(ctx),
         require_known_member_id=ctx.version >= 4, reason=getattr(req, "reason", None))
     try:
-        result: JoinResult = await ctx.groups.write(req.group_id, lambda s: s.join_group(jr))
+        result = await ctx.groups.join_group(jr)
     except KafkaError as e:
         result = JoinResult(error=e.code, member_id=req.member_id)
     return {

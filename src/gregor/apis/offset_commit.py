@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
-from gregor.coordinator.group.offset_manager import CommitPartition, CommitRequest
+from gregor.coordinator.group.api import CommitPartition, CommitRequest, CommitResult
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 
@@ -20,12 +20,12 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     cr = CommitRequest(group_id=req.group_id, generation_id=req.generation_id_or_member_epoch,
                        member_id=req.member_id, group_instance_id=getattr(req, "group_instance_id", None),
                        partitions=partitions, retention_ms=retention_ms if retention_ms >= 0 else -1)
-    errors: dict[tuple[str, int], ErrorCode]
+    errors: CommitResult
     if not req.group_id and ctx.version >= 0 and req.generation_id_or_member_epoch >= 0:
         errors = {(p.topic, p.partition): ErrorCode.invalid_group_id for p in partitions}
     else:
         try:
-            errors = await ctx.groups.write(req.group_id, lambda s: s.commit_offsets(cr))
+            errors = await ctx.groups.commit_offsets(cr)
         except KafkaError as e:
             errors = {(p.topic, p.partition): e.code for p in partitions}
     return {"throttle_time": 0, "topics": [

@@ -13,7 +13,7 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 def fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     try:
-        rows = ctx.groups.read(group_id, lambda s: s.fetch_offsets(group_id, wanted))
+        rows = ctx.groups.fetch_offsets(group_id, wanted)
     except KafkaError as e:
         if wanted is None:
             return e.code, []

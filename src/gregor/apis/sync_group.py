@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
-from gregor.coordinator.group.group_manager import SyncRequest
-from gregor.coordinator.group.model import SyncResult
+from gregor.coordinator.group.api import SyncRequest, SyncResult
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 
@@ -20,7 +19,7 @@ async def sync_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
                      protocol_name=getattr(req, "protocol_name", None),
                      assignments={a.member_id: a.assignment for a in req.assignments})
     try:
-        result: SyncResult = await ctx.groups.write(req.group_id, lambda s: s.sync_group(sr))
+        result = await ctx.groups.sync_group(sr)
     except KafkaError as e:
         # Kafka: while the coordinator loads, the rebalance state is gone; REBALANCE_IN_PROGRESS
         # makes the member rejoin without rediscovering the coordinator.

@@ -1,14 +1,168 @@
-"""The group coordinator's contract: the types its operations take and return, in one place.
+"""The group coordinator's contract, in one place: the requests its operations take, the results
+they return (GroupCoordinatorService's named methods, and the shard's), and the read-only views
+that the broker's other parts (metrics, telemetry) read instead of the shards.
 
-Read-only views for the broker's other parts (metrics, telemetry) are here too: they read the
-coordinator's state through these, never its shards.
+Field names follow Kafka's request and response schemas; ``client_host`` is Kafka's
+``InetAddress.toString()`` form ("/127.0.0.1"). Plain data: nothing here knows a shard.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from gregor.protocol.consumer_offsets import OffsetCommitValue
+from gregor.protocol.errors import ErrorCode
+
+TopicPartition = tuple[str, int]
 
 
+# -- JoinGroup --------------------------------------------------------------------------------
+@dataclass
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]  # (name, metadata), in the member's order of preference
+    client_id: str
+    client_host: str
+    require_known_member_id: bool = True  # JoinGroup v4+ (KIP-394)
+    reason: str | None = None
+
+
+@dataclass
+class JoinResult:
+    error: int
+    member_id: str
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    # to the leader only: member_id, group_instance_id, metadata of every member
+    members: list[dict[str, Any]] = field(default_factory=list)
+    skip_assignment: bool = False
+
+
+# -- SyncGroup --------------------------------------------------------------------------------
+@dataclass
+class SyncRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: dict[str, bytes]  # the leader's, by member id; empty from followers
+
+
+@dataclass
+class SyncResult:
+    error: int
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+# -- Heartbeat, LeaveGroup --------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeavingMember:
+    member_id: str  # "" for a static member named by its instance id
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass
+class LeaveRequest:
+    group_id: str
+    members: list[LeavingMember]  # one (LeaveGroup v0-v2) or a batch (v3+)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLeft:
+    member_id: str
+    group_instance_id: str | None
+    error: ErrorCode
+
+
+@dataclass
+class LeaveResult:
+    error: ErrorCode
+    members: list[MemberLeft] = field(default_factory=list)
+
+
+# -- OffsetCommit, OffsetFetch, OffsetDelete --------------------------------------------------
+@dataclass
+class CommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass
+class CommitRequest:
+    group_id: str
+    generation_id: int  # -1: a commit from outside the group's membership (assign mode)
+    member_id: str
+    group_instance_id: str | None
+    partitions: list[CommitPartition]
+    retention_ms: int = -1  # OffsetCommit v2-v4; -1: the broker's offsets.retention.minutes
+
+
+CommitResult = dict[TopicPartition, ErrorCode]
+
+
+# the committed values as stored (offset, leader_epoch, metadata, ...); None: nothing committed
+OffsetFetchResult = list[tuple[TopicPartition, OffsetCommitValue | None]]
+
+
+@dataclass
+class OffsetDeleteResult:
+    error: ErrorCode
+    partitions: dict[TopicPartition, ErrorCode] = field(default_factory=dict)
+
+
+# -- DescribeGroups, ListGroups, DeleteGroups -------------------------------------------------
+@dataclass
+class GroupDescription:
+    group_id: str
+    error: ErrorCode
+    state: str
+    protocol_type: str
+    protocol_name: str
+    # member_id, group_instance_id, client_id, client_host, member_metadata, member_assignment
+    members: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass
+class ListGroupsResult:
+    error: ErrorCode  # COORDINATOR_LOAD_IN_PROGRESS while a partition loads (the list may be short)
+    groups: list[ListedGroup]
+
+
+DeleteGroupsResult = dict[str, ErrorCode]
+
+
+# -- read-only views (metrics, telemetry) -----------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class GroupSummary:
     """A group's state for metrics and telemetry."""

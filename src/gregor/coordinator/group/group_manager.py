@@ -22,11 +22,20 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import TypeVar
 
+from gregor.coordinator.group.api import (
+    HeartbeatRequest,
+    JoinRequest,
+    JoinResult,
+    LeaveRequest,
+    LeaveResult,
+    MemberLeft,
+    SyncRequest,
+    SyncResult,
+)
 from gregor.coordinator.group.context import ShardContext
-from gregor.coordinator.group.model import ClassicGroup, GroupState, JoinResult, Member, SyncResult
+from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred, Record
 from gregor.protocol.consumer_offsets import GroupMetadataKey, GroupMetadataValue, MemberMetadata
 from gregor.protocol.errors import ErrorCode
@@ -40,32 +49,6 @@ T = TypeVar("T")
 def _result(records: list[Record] | None = None, response: T | Deferred[T] | None = None) -> CoordinatorResult[T]:
     """A membership operation's result: its records persist state already applied in memory."""
     return CoordinatorResult(records if records is not None else [], response, replay_records=False)
-
-
-@dataclass
-class JoinRequest:
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    client_id: str
-    client_host: str
-    require_known_member_id: bool = True
-    reason: str | None = None
-
-
-@dataclass
-class SyncRequest:
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None
-    protocol_type: str | None
-    protocol_name: str | None
-    assignments: dict[str, bytes]
 
 
 def heartbeat_key(group_id: str, member_id: str) -> str:
@@ -474,21 +457,20 @@ class GroupManager:
         return _result([group_record(group, assignment)], deferred)
 
     # -- Heartbeat ---------------------------------------------------------------------------
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str,
-                  instance_id: str | None) -> CoordinatorResult[ErrorCode]:
-        if not group_id:
+    def heartbeat(self, req: HeartbeatRequest) -> CoordinatorResult[ErrorCode]:
+        if not req.group_id:
             return _result([], ErrorCode.invalid_group_id)
-        group = self.groups.get(group_id)
+        group = self.groups.get(req.group_id)
         if group is None:
             return _result([], ErrorCode.unknown_member_id)
         if group.is_in(S.DEAD):
             return _result([], ErrorCode.coordinator_not_available)
-        if group.is_static_member_fenced(member_id, instance_id):
+        if group.is_static_member_fenced(req.member_id, req.group_instance_id):
             return _result([], ErrorCode.fenced_instance_id)
-        member = group.members.get(member_id)
+        member = group.members.get(req.member_id)
         if member is None:
             return _result([], ErrorCode.unknown_member_id)
-        if generation_id != group.generation_id:
+        if req.generation_id != group.generation_id:
             return _result([], ErrorCode.illegal_generation)
         if group.is_in(S.EMPTY):
             return _result([], ErrorCode.unknown_member_id)
@@ -536,38 +518,40 @@ class GroupManager:
         return _result(self._maybe_complete_join(group))
 
     # -- LeaveGroup --------------------------------------------------------------------------
-    def leave_group(self, group_id: str, members: list[tuple[str, str | None, str | None]]
-                    ) -> CoordinatorResult[tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]]:
-        """``members``: (member id, group instance id, reason). Returns the top-level error and
-        one error per member."""
+    def leave_group(self, req: LeaveRequest) -> CoordinatorResult[LeaveResult]:
+        """One member (LeaveGroup v0-v2) or a batch (v3+): the top-level error and one per member."""
+        group_id = req.group_id
         if not group_id:
-            return _result([], (ErrorCode.invalid_group_id, []))
+            return _result([], LeaveResult(ErrorCode.invalid_group_id))
         group = self.groups.get(group_id)
         if group is None:
-            return _result([], (ErrorCode.none, [(m, i, ErrorCode.unknown_member_id) for m, i, _ in members]))
+            return _result([], LeaveResult(ErrorCode.none, [
+                MemberLeft(m.member_id, m.group_instance_id, ErrorCode.unknown_member_id) for m in req.members]))
         if group.is_in(S.DEAD):
-            return _result([], (ErrorCode.coordinator_not_available, []))
+            return _result([], LeaveResult(ErrorCode.coordinator_not_available))
         records: list[Record] = []
-        out: list[tuple[str, str | None, ErrorCode]] = []
-        for member_id, instance_id, reason in members:
+        out: list[MemberLeft] = []
+        for leaving in req.members:
+            member_id, instance_id = leaving.member_id, leaving.group_instance_id
             if member_id and group.is_static_member_fenced(member_id, instance_id):
-                out.append((member_id, instance_id, ErrorCode.fenced_instance_id))
+                out.append(MemberLeft(member_id, instance_id, ErrorCode.fenced_instance_id))
                 continue
             if member_id in group.pending_members:
                 group.pending_members.discard(member_id)
                 self.ctx.timer.cancel(pending_key(group_id, member_id))
                 records += self._maybe_complete_join(group)
-                out.append((member_id, instance_id, ErrorCode.none))
+                out.append(MemberLeft(member_id, instance_id, ErrorCode.none))
                 continue
             target = group.members.get(group.static_member_id(instance_id) or member_id)
             if target is None:
-                out.append((member_id, instance_id, ErrorCode.unknown_member_id))
+                out.append(MemberLeft(member_id, instance_id, ErrorCode.unknown_member_id))
                 continue
             log.info("Member %s (group.instance.id %s) in group %s has left, removing it from the group%s",
-                     target.member_id, target.group_instance_id, group_id, f" ({reason})" if reason else "")
+                     target.member_id, target.group_instance_id, group_id,
+                     f" ({leaving.reason})" if leaving.reason else "")
             records += self._remove_member(group, target, f"removing member {target.member_id} on LeaveGroup")
-            out.append((member_id, instance_id, ErrorCode.none))
-        return _result(records, (ErrorCode.none, out))
+            out.append(MemberLeft(member_id, instance_id, ErrorCode.none))
+        return _result(records, LeaveResult(ErrorCode.none, out))
 
     def _remove_member(self, group: ClassicGroup, member: Member, reason: str) -> list[Record]:
         self.ctx.membership_changed()

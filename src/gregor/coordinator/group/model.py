@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
+from gregor.coordinator.group.api import JoinResult, SyncResult
 from gregor.coordinator.runtime.result import Deferred
 from gregor.protocol.errors import ErrorCode
 
@@ -35,26 +35,6 @@ VALID_PREVIOUS = {
     GroupState.STABLE: {GroupState.COMPLETING_REBALANCE},
     GroupState.DEAD: set(GroupState),
 }
-
-
-@dataclass
-class JoinResult:
-    error: int
-    member_id: str
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    members: list[dict[str, Any]] = field(default_factory=list)
-    skip_assignment: bool = False
-
-
-@dataclass
-class SyncResult:
-    error: int
-    assignment: bytes = b""
-    protocol_type: str | None = None
-    protocol_name: str | None = None
 
 
 @dataclass

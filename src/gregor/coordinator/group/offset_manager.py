@@ -22,8 +22,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
+from gregor.coordinator.group.api import (
+    CommitRequest,
+    CommitResult,
+    OffsetDeleteResult,
+    OffsetFetchResult,
+    TopicPartition,
+)
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
@@ -32,36 +38,14 @@ from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger("gregor.coordinator")
 
-TopicPartition = tuple[str, int]
-
-
-@dataclass
-class CommitPartition:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-
-
-@dataclass
-class CommitRequest:
-    group_id: str
-    generation_id: int
-    member_id: str
-    group_instance_id: str | None
-    partitions: list[CommitPartition]
-    retention_ms: int = -1
-
-
 class OffsetManager:
     def __init__(self, ctx: ShardContext) -> None:
         self.ctx = ctx
         self.offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
 
     # -- OffsetCommit ------------------------------------------------------------------------
-    def commit(self, req: CommitRequest) -> CoordinatorResult[dict[TopicPartition, ErrorCode]]:
-        def all_(code: ErrorCode) -> CoordinatorResult[dict[TopicPartition, ErrorCode]]:
+    def commit(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
+        def all_(code: ErrorCode) -> CoordinatorResult[CommitResult]:
             return CoordinatorResult([], {(p.topic, p.partition): code for p in req.partitions})
 
         group = self.ctx.groups.get(req.group_id)
@@ -109,19 +93,17 @@ class OffsetManager:
         return None
 
     # -- OffsetFetch -------------------------------------------------------------------------
-    def fetch(self, group_id: str, partitions: list[TopicPartition] | None
-              ) -> list[tuple[TopicPartition, OffsetCommitValue | None]]:
+    def fetch(self, group_id: str, partitions: list[TopicPartition] | None) -> OffsetFetchResult:
         committed = self.offsets.get(group_id, {})
         if partitions is None:
             return sorted(committed.items())
         return [(tp, committed.get(tp)) for tp in partitions]
 
     # -- OffsetDelete ------------------------------------------------------------------------
-    def delete(self, group_id: str, partitions: list[TopicPartition]
-               ) -> CoordinatorResult[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
+    def delete(self, group_id: str, partitions: list[TopicPartition]) -> CoordinatorResult[OffsetDeleteResult]:
         group = self.ctx.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
-            return CoordinatorResult([], (ErrorCode.group_id_not_found, {}))
+            return CoordinatorResult([], OffsetDeleteResult(ErrorCode.group_id_not_found))
         subscribed = subscribed_topics(group)
         committed = self.offsets.get(group_id, {})
         records: list[Record] = []
@@ -133,7 +115,7 @@ class OffsetManager:
             errors[tp] = ErrorCode.none
             if tp in committed:
                 records.append((OffsetCommitKey(group_id, tp[0], tp[1]), None))
-        return CoordinatorResult(records, (ErrorCode.none, errors))
+        return CoordinatorResult(records, OffsetDeleteResult(ErrorCode.none, errors))
 
     def tombstones_for_group(self, group_id: str) -> list[Record]:
         return [(OffsetCommitKey(group_id, t, p), None) for (t, p) in self.offsets.get(group_id, {})]

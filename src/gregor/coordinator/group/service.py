@@ -16,10 +16,30 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gregor.coordinator.group.api import CommittedOffset, GroupSummary, MemberView
+from gregor.coordinator.group.api import (
+    CommitRequest,
+    CommitResult,
+    CommittedOffset,
+    DeleteGroupsResult,
+    GroupDescription,
+    GroupSummary,
+    HeartbeatRequest,
+    JoinRequest,
+    JoinResult,
+    LeaveRequest,
+    LeaveResult,
+    ListGroupsResult,
+    MemberView,
+    OffsetDeleteResult,
+    OffsetFetchResult,
+    SyncRequest,
+    SyncResult,
+    TopicPartition,
+)
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.model import GroupState
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
+from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.coordinator.runtime.timer import Timer
 from gregor.log.log_manager import LogManager
@@ -35,6 +55,10 @@ RELOAD_BACKOFF_S = 5.0
 @functools.lru_cache(maxsize=65536)
 def _cached_partition_for(group_id: str, partitions: int) -> int:
     return partition_for(group_id, partitions)
+
+
+def _delete_group(group_id: str, shard: GroupCoordinatorShard) -> CoordinatorResult[DeleteGroupsResult]:
+    return shard.delete_groups([group_id])
 
 
 def group_config(config: Any) -> GroupConfig:
@@ -143,40 +167,100 @@ class GroupCoordinatorService:
     def partition_for(self, group_id: str) -> int:
         return _cached_partition_for(group_id, self.num_partitions)
 
-    def runtime_for(self, group_id: str) -> ShardRuntime[GroupCoordinatorShard]:
+    def _runtime_for(self, group_id: str) -> ShardRuntime[GroupCoordinatorShard]:
         runtime = self.runtimes.get(self.partition_for(group_id))
         if runtime is None:
             raise KafkaError(ErrorCode.not_coordinator, f"group {group_id!r} is not coordinated here")
         return runtime
 
-    def status(self, group_id: str) -> tuple[ErrorCode, str | None]:
-        """For FindCoordinator: can this broker coordinate the group right now?"""
+    async def _write(self, group_id: str, op: Callable[[GroupCoordinatorShard], CoordinatorResult[Any]]) -> Any:
+        """Run a write operation on the group's shard and wait for its answer."""
+        response = self._runtime_for(group_id).execute(op)
+        if isinstance(response, Deferred):
+            return await resolve(response)
+        return response
+
+    def _read(self, group_id: str, fn: Callable[[GroupCoordinatorShard], Any]) -> Any:
+        return self._runtime_for(group_id).read(fn)
+
+    def _active_shards(self) -> list[GroupCoordinatorShard]:
+        return [rt.shard for rt in self.runtimes.values() if rt.state is ShardState.ACTIVE and rt.shard]
+
+    # -- the group APIs, by name ---------------------------------------------------------------
+    # Each raises KafkaError when the group's coordinator cannot answer here (NOT_COORDINATOR,
+    # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE); the handlers turn it into the
+    # API's error code. Writes are answered once their records are committed.
+    def coordinator_status(self, group_id: str) -> tuple[ErrorCode, str | None]:
+        """For FindCoordinator: can this broker coordinate the group right now? A loading
+        partition counts as coordinated here (its requests answer COORDINATOR_LOAD_IN_PROGRESS)."""
         try:
-            self.runtime_for(group_id).check_available()
+            self._runtime_for(group_id).check_available()
         except KafkaError as e:
             if e.code == ErrorCode.coordinator_load_in_progress:
-                return ErrorCode.none, None  # the coordinator is here; requests will say "loading"
+                return ErrorCode.none, None
             return e.code, e.message
         return ErrorCode.none, None
 
-    async def write(self, group_id: str, op: Callable[[GroupCoordinatorShard], Any]) -> Any:
-        return await resolve(self.runtime_for(group_id).execute(op))
+    async def join_group(self, req: JoinRequest) -> JoinResult:
+        """JoinGroup: answered when the rebalance completes (or at once with an error)."""
+        result: JoinResult = await self._write(req.group_id, lambda shard: shard.join_group(req))
+        return result
 
-    def read(self, group_id: str, fn: Callable[[GroupCoordinatorShard], Any]) -> Any:
-        return self.runtime_for(group_id).read(fn)
+    async def sync_group(self, req: SyncRequest) -> SyncResult:
+        """SyncGroup: answered when the leader's assignment is written."""
+        result: SyncResult = await self._write(req.group_id, lambda shard: shard.sync_group(req))
+        return result
 
-    def active_shards(self) -> list[GroupCoordinatorShard]:
-        return [rt.shard for rt in self.runtimes.values() if rt.state is ShardState.ACTIVE and rt.shard]
+    async def heartbeat(self, req: HeartbeatRequest) -> ErrorCode:
+        code: ErrorCode = await self._write(req.group_id, lambda shard: shard.heartbeat(req))
+        return code
+
+    async def leave_group(self, req: LeaveRequest) -> LeaveResult:
+        result: LeaveResult = await self._write(req.group_id, lambda shard: shard.leave_group(req))
+        return result
+
+    async def commit_offsets(self, req: CommitRequest) -> CommitResult:
+        """OffsetCommit: one error per partition."""
+        errors: CommitResult = await self._write(req.group_id, lambda shard: shard.commit_offsets(req))
+        return errors
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None) -> OffsetFetchResult:
+        """OffsetFetch: ``partitions`` None for every committed partition."""
+        rows: OffsetFetchResult = self._read(group_id, lambda shard: shard.fetch_offsets(group_id, partitions))
+        return rows
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> OffsetDeleteResult:
+        result: OffsetDeleteResult = await self._write(group_id,
+                                                       lambda shard: shard.delete_offsets(group_id, partitions))
+        return result
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        description: GroupDescription = self._read(group_id, lambda shard: shard.describe_group(group_id))
+        return description
+
+    def list_groups(self, states: set[str] | None = None) -> ListGroupsResult:
+        """ListGroups over every loaded partition; ``states``: lower-case state names to keep.
+        While a partition loads the error is COORDINATOR_LOAD_IN_PROGRESS (the list may lack its
+        groups)."""
+        groups = [g for shard in self._active_shards() for g in shard.list_groups(states)]
+        loading = any(rt.state is ShardState.LOADING for rt in self.runtimes.values())
+        return ListGroupsResult(ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none,
+                                sorted(groups, key=lambda g: g.group_id))
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """DeleteGroups, one group: NONE, NON_EMPTY_GROUP or GROUP_ID_NOT_FOUND."""
+        errors: DeleteGroupsResult = await self._write(group_id, functools.partial(_delete_group, group_id))
+        return errors[group_id]
 
     # -- read-only views (metrics, telemetry) -------------------------------------------------
     def group_summaries(self) -> Iterator[GroupSummary]:
-        for shard in self.active_shards():
+        for shard in self._active_shards():
             for group_id, g in sorted(shard.groups.items()):
                 yield GroupSummary(group_id, g.state.value, len(g.members), g.generation_id, g.rebalances,
                                    g.last_rebalance_ms)
 
     def committed_offsets(self) -> Iterator[CommittedOffset]:
-        for shard in self.active_shards():
+        for shard in self._active_shards():
             for group_id, offsets in sorted(shard.offsets_mgr.offsets.items()):
                 for (topic, partition), v in sorted(offsets.items()):
                     yield CommittedOffset(group_id, topic, partition, v.offset, v.commit_timestamp)
@@ -190,7 +274,7 @@ class GroupCoordinatorService:
 
     def consumer_members(self) -> Iterator[MemberView]:
         """Members of consumer groups that are neither Empty nor Dead."""
-        for shard in self.active_shards():
+        for shard in self._active_shards():
             for group in shard.groups.values():
                 if group.protocol_type != "consumer" or group.is_in(GroupState.DEAD, GroupState.EMPTY):
                     continue
@@ -205,10 +289,6 @@ class GroupCoordinatorService:
         """Changes whenever any group's members or assignments change, or a shard is loaded or
         unloaded (metrics attribution caches on it)."""
         return self._membership_version
-
-    @property
-    def loading(self) -> bool:
-        return any(rt.state is ShardState.LOADING for rt in self.runtimes.values())
 
     def on_topic_deleted(self, topic: str) -> None:
         """Remove committed offsets of a deleted topic (Kafka: handleDeletedPartitions)."""

@@ -15,13 +15,29 @@ builds the group from it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
+from gregor.coordinator.group.api import (
+    CommitRequest,
+    CommitResult,
+    DeleteGroupsResult,
+    GroupDescription,
+    HeartbeatRequest,
+    JoinRequest,
+    JoinResult,
+    LeaveRequest,
+    LeaveResult,
+    ListedGroup,
+    OffsetDeleteResult,
+    OffsetFetchResult,
+    SyncRequest,
+    SyncResult,
+    TopicPartition,
+)
 from gregor.coordinator.group.context import GroupConfig, ShardContext
-from gregor.coordinator.group.group_manager import GroupManager, JoinRequest, SyncRequest
+from gregor.coordinator.group.group_manager import GroupManager
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
-from gregor.coordinator.group.offset_manager import CommitRequest, OffsetManager, TopicPartition
+from gregor.coordinator.group.offset_manager import OffsetManager
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.coordinator.runtime.shard import Completion, RecordSerde
 from gregor.coordinator.runtime.timer import Timer
@@ -29,7 +45,6 @@ from gregor.protocol.consumer_offsets import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
-    OffsetCommitValue,
     RecordFormatError,
     decode_key,
     decode_value,
@@ -43,16 +58,6 @@ log = logging.getLogger("gregor.coordinator")
 EXPIRY_TIMER = "offsets-expiration"
 
 RECORD_SERDE = RecordSerde(encode_key, encode_value, decode_key, decode_value, RecordFormatError)
-
-
-@dataclass
-class GroupDescription:
-    group_id: str
-    error: ErrorCode
-    state: str
-    protocol_type: str
-    protocol_name: str
-    members: list[dict[str, Any]]
 
 
 class GroupCoordinatorShard:
@@ -73,31 +78,30 @@ class GroupCoordinatorShard:
         return self.ctx.groups
 
     # -- writes (each returns a CoordinatorResult) --------------------------------------------
-    def join_group(self, req: JoinRequest) -> CoordinatorResult[Any]:
+    def join_group(self, req: JoinRequest) -> CoordinatorResult[JoinResult]:
         return self.groups_mgr.join_group(req)
 
-    def sync_group(self, req: SyncRequest) -> CoordinatorResult[Any]:
+    def sync_group(self, req: SyncRequest) -> CoordinatorResult[SyncResult]:
         return self.groups_mgr.sync_group(req)
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None
-                  ) -> CoordinatorResult[Any]:
-        return self.groups_mgr.heartbeat(group_id, generation, member_id, instance_id)
+    def heartbeat(self, req: HeartbeatRequest) -> CoordinatorResult[ErrorCode]:
+        return self.groups_mgr.heartbeat(req)
 
-    def leave_group(self, group_id: str, members: list[tuple[str, str | None, str | None]]) -> CoordinatorResult[Any]:
-        return self.groups_mgr.leave_group(group_id, members)
+    def leave_group(self, req: LeaveRequest) -> CoordinatorResult[LeaveResult]:
+        return self.groups_mgr.leave_group(req)
 
-    def commit_offsets(self, req: CommitRequest) -> CoordinatorResult[Any]:
+    def commit_offsets(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
         result = self.offsets_mgr.commit(req)
         if req.member_id and result.records:
             self.groups_mgr.touch(req.group_id, req.member_id)
         return result
 
-    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> CoordinatorResult[Any]:
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> CoordinatorResult[OffsetDeleteResult]:
         return self.offsets_mgr.delete(group_id, partitions)
 
-    def delete_groups(self, group_ids: list[str]) -> CoordinatorResult[dict[str, ErrorCode]]:
+    def delete_groups(self, group_ids: list[str]) -> CoordinatorResult[DeleteGroupsResult]:
         records: list[Record] = []
-        errors: dict[str, ErrorCode] = {}
+        errors: DeleteGroupsResult = {}
         for gid in group_ids:
             group = self.groups.get(gid)
             if group is None or group.is_in(GroupState.DEAD):
@@ -125,8 +129,7 @@ class GroupCoordinatorShard:
                                 self.expire_offsets)
 
     # -- reads -------------------------------------------------------------------------------
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
-                      ) -> list[tuple[TopicPartition, OffsetCommitValue | None]]:
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None) -> OffsetFetchResult:
         return self.offsets_mgr.fetch(group_id, partitions)
 
     def describe_group(self, group_id: str) -> GroupDescription:
@@ -144,14 +147,15 @@ class GroupCoordinatorShard:
         return GroupDescription(group_id, ErrorCode.none, group.state.value, group.protocol_type or "",
                                 (group.protocol_name or "") if stable else "", members)
 
-    def list_groups(self, states: set[str] | None) -> list[tuple[str, str, str]]:
+    def list_groups(self, states: set[str] | None) -> list[ListedGroup]:
+        """Groups that are not Dead; ``states``: lower-case state names to keep (None: all)."""
         out = []
         for g in self.groups.values():
             if g.is_in(GroupState.DEAD):
                 continue
             if states and g.state.value.lower() not in states:
                 continue
-            out.append((g.group_id, g.protocol_type or "", g.state.value))
+            out.append(ListedGroup(g.group_id, g.protocol_type or "", g.state.value))
         return out
 
     # -- replay ------------------------------------------------------------------------------

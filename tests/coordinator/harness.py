@@ -1,16 +1,33 @@
-"""Drive a coordinator shard without network or event loop (Kafka:
-GroupMetadataManagerTestContext). Records go through the real encoders and decoders before they
-are replayed, so every test also checks the ``__consumer_offsets`` formats."""
+"""Drive a group coordinator shard without network or event loop (Kafka:
+GroupMetadataManagerTestContext, MockCoordinatorTimer): a helper for the tests in this folder,
+not a test module.
+
+``GroupShardHarness`` does what the runtime does with an operation's result, synchronously:
+records go through the real encoders into ``log`` and, unless the result says their state is
+already applied, back through the decoders into ``replay``; then the completions the operation
+deferred run. ``sleep(ms)`` advances the manual clock and runs the timers that are due as
+operations. ``reload()`` builds a fresh shard from ``log`` with the runtime's own loader
+reduction (newest value per key), so every test also checks the ``__consumer_offsets`` formats and
+that loading gives back what was written.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
+from gregor.coordinator.group.api import (
+    CommitPartition,
+    CommitRequest,
+    HeartbeatRequest,
+    JoinRequest,
+    LeaveRequest,
+    LeavingMember,
+    SyncRequest,
+)
 from gregor.coordinator.group.context import GroupConfig
-from gregor.coordinator.group.group_manager import JoinRequest, SyncRequest
-from gregor.coordinator.group.offset_manager import CommitPartition, CommitRequest
-from gregor.coordinator.group.shard import GroupCoordinatorShard
+from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
+from gregor.coordinator.runtime import loader
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
 from gregor.coordinator.runtime.timer import ManualClock, ManualTimer
 from gregor.protocol.consumer_offsets import decode_key, decode_value, encode_key, encode_value
@@ -18,21 +35,22 @@ from gregor.protocol.consumer_offsets import decode_key, decode_value, encode_ke
 DEFAULT = GroupConfig(initial_rebalance_delay_ms=0)
 
 
-class ShardContext:
+class GroupShardHarness:
     def __init__(self, config: GroupConfig = DEFAULT, topics: dict[str, int] | None = None) -> None:
         self.clock = ManualClock()
         self.timer = ManualTimer(self.clock)
         self.topics = topics
         self.config = config
-        self.shard = self._new_shard()
+        self.shard = self._new_shard(self.timer)
         self.shard.on_loaded()
         self.log: list[tuple[bytes, bytes | None]] = []  # every record written, encoded
+        self.last_records: list[Any] = []
 
-    def _new_shard(self) -> GroupCoordinatorShard:
+    def _new_shard(self, timer: ManualTimer) -> GroupCoordinatorShard:
         exists = None
         if self.topics is not None:
             exists = lambda t, p: t in self.topics and 0 <= p < self.topics[t]  # noqa: E731
-        return GroupCoordinatorShard(0, self.config, self.clock, self.timer, exists)
+        return GroupCoordinatorShard(0, self.config, self.clock, timer, exists)
 
     # -- running operations ------------------------------------------------------------------
     def run(self, result: CoordinatorResult[Any]) -> Any:
@@ -64,16 +82,21 @@ class ShardContext:
                     self.run(result)
                     records += result.records
 
-    def reload(self) -> GroupCoordinatorShard:
-        """A new shard replaying everything written so far (loading = replay)."""
-        self.timer = ManualTimer(self.clock)
-        shard = self._new_shard()
-        for kb, vb in self.log:
-            k = decode_key(kb)
-            shard.replay(k, decode_value(k, vb))
+    def load_fresh(self, timer: ManualTimer | None = None) -> GroupCoordinatorShard:
+        """A new shard loaded from everything written so far, as the runtime's loader loads a
+        partition (newest value per key, in log order), then told it is loaded."""
+        shard = self._new_shard(timer if timer is not None else ManualTimer(self.clock))
+        latest: dict[bytes, bytes | None] = {}
+        loader.keep_newest(latest, self.log)
+        loader.replay_newest(shard, RECORD_SERDE, latest, "__consumer_offsets-0")
         shard.on_loaded()
-        self.shard = shard
         return shard
+
+    def reload(self) -> GroupCoordinatorShard:
+        """Continue on a shard freshly loaded from the log (a restart)."""
+        self.timer = ManualTimer(self.clock)
+        self.shard = self.load_fresh(self.timer)
+        return self.shard
 
     # -- request helpers ---------------------------------------------------------------------
     def join(self, group: str = "g", member_id: str = "", protocols: list[tuple[str, bytes]] | None = None,
@@ -97,10 +120,10 @@ class ShardContext:
                                                                     protocol_type, protocol_name, assignments or {}))))
 
     def heartbeat(self, group: str, generation: int, member_id: str, instance: str | None = None) -> Any:
-        return self.run(self.shard.heartbeat(group, generation, member_id, instance))
+        return self.run(self.shard.heartbeat(HeartbeatRequest(group, generation, member_id, instance)))
 
     def leave(self, group: str, *members: tuple[str, str | None]) -> Any:
-        return self.run(self.shard.leave_group(group, [(m, i, None) for m, i in members]))
+        return self.run(self.shard.leave_group(LeaveRequest(group, [LeavingMember(m, i) for m, i in members])))
 
     def commit(self, group: str, offsets: dict[tuple[str, int], int], generation: int = -1, member_id: str = "",
                metadata: str = "", instance: str | None = None, retention_ms: int = -1) -> Any:
@@ -114,8 +137,24 @@ class ShardContext:
     def state(self, group: str = "g") -> str:
         return self.shard.describe_group(group).state
 
-    def with_config(self, **kw: Any) -> ShardContext:
-        return ShardContext(replace(self.config, **kw), self.topics)
+    def with_config(self, **kw: Any) -> GroupShardHarness:
+        return GroupShardHarness(replace(self.config, **kw), self.topics)
+
+
+def stable_group(h: GroupShardHarness, n: int = 2, group: str = "g") -> tuple[list[str], int]:
+    """n members join in one generation and sync: returns (member ids, generation).
+    Every member first gets its id (MEMBER_ID_REQUIRED); the rebalance completes when the last
+    pending member has joined."""
+    ids = [h.join(group).member_id for _ in range(n)]
+    pending = [h.join(group, member_id=m) for m in ids]
+    results = [d.result() for d in pending]
+    gen = results[0].generation_id
+    assert all(r.generation_id == gen and r.error == 0 for r in results), results
+    leader = results[0].leader
+    syncs = {mid: h.sync(group, gen, mid, {m: m.encode() for m in ids} if mid == leader else None) for mid in ids}
+    assert h.state(group) == "Stable"
+    assert all(s.result().assignment == mid.encode() for mid, s in syncs.items())
+    return ids, gen
 
 
 class _Immediate(Deferred[Any]):
