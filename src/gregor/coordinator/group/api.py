@@ -67,7 +67,7 @@ class SyncResult:
 
 
 # -- Heartbeat, LeaveGroup --------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HeartbeatRequest:
     group_id: str
     generation_id: int
@@ -75,7 +75,7 @@ class HeartbeatRequest:
     group_instance_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LeavingMember:
     member_id: str  # "" for a static member named by its instance id
     group_instance_id: str | None = None
@@ -88,7 +88,7 @@ class LeaveRequest:
     members: list[LeavingMember]  # one (LeaveGroup v0-v2) or a batch (v3+)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MemberLeft:
     member_id: str
     group_instance_id: str | None
@@ -146,7 +146,7 @@ class GroupDescription:
     members: list[dict[str, Any]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ListedGroup:
     group_id: str
     protocol_type: str

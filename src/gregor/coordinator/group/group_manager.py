@@ -48,7 +48,7 @@ T = TypeVar("T")
 
 def _result(records: list[Record] | None = None, response: T | Deferred[T] | None = None) -> CoordinatorResult[T]:
     """A membership operation's result: its records persist state already applied in memory."""
-    return CoordinatorResult(records if records is not None else [], response, replay_records=False)
+    return CoordinatorResult(records if records is not None else [], response, False)
 
 
 def heartbeat_key(group_id: str, member_id: str) -> str:

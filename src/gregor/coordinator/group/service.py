@@ -1,6 +1,11 @@
 """The group coordinator service: owns one ShardRuntime per ``__consumer_offsets`` partition,
 routes each group to its shard (``partition_for``), and creates the topic at start-up.
 
+Handlers call it by name (``join_group``, ``sync_group``, ``heartbeat``, ``leave_group``,
+``commit_offsets``, ``fetch_offsets``, ``delete_offsets``, ``describe_group``, ``list_groups``,
+``delete_group``, ``coordinator_status``) with the types of ``group/api.py``; metrics and
+telemetry read it through the read-only views (``group_summaries``, ``committed_offsets``, ...).
+
 On a single node every partition is led here, so every group has a coordinator: a group can
 never hash to a partition "whose leader is gone". A shard that fails to load is retried with
 back-off and reported (FindCoordinator says which partition and why) instead of leaving its

@@ -15,6 +15,7 @@ builds the group from it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from gregor.coordinator.group.api import (
@@ -199,5 +200,5 @@ class GroupCoordinatorShard:
     def on_unloaded(self) -> None:
         self.groups_mgr.on_unloaded()
 
-    def take_completions(self) -> list[Completion]:
+    def take_completions(self) -> Sequence[Completion]:
         return self.ctx.take_completions()

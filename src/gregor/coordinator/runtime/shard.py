@@ -8,7 +8,7 @@ its records; the runtime never imports a group type.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,7 +36,7 @@ class CoordinatorShard(Protocol):
     def on_unloaded(self) -> None:
         """The shard stops serving: complete whatever waits on it with NOT_COORDINATOR."""
 
-    def take_completions(self) -> list[Completion]:
+    def take_completions(self) -> Sequence[Completion]:
         """Hand over (and forget) the completions the last operation deferred until its records
         are committed. The runtime runs them when it releases the operation's write, or with the
         error when the operation, its append or the shard fails."""

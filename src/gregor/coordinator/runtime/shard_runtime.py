@@ -38,7 +38,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from gregor.coordinator.runtime import loader
@@ -187,7 +187,7 @@ class ShardRuntime(Generic[S]):
             end = pending
         return self.writes.add(end, result.response, completions, self.committed_offset())
 
-    def _abandon(self, completions: list[Completion], reason: str) -> KafkaError:
+    def _abandon(self, completions: Sequence[Completion], reason: str) -> KafkaError:
         """An operation or its append failed: fail what it deferred, reload the shard."""
         error = KafkaError(ErrorCode.not_coordinator, reason)
         for fn in completions:

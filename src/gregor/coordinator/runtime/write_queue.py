@@ -16,6 +16,7 @@ until the partition reports a higher watermark (``release``).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from gregor.coordinator.runtime.result import Deferred
@@ -25,7 +26,7 @@ from gregor.coordinator.runtime.shard import Completion
 class PendingWrite:
     __slots__ = ("completions", "end_offset", "response", "waiter")
 
-    def __init__(self, end_offset: int, response: Any, completions: list[Completion]) -> None:
+    def __init__(self, end_offset: int, response: Any, completions: Sequence[Completion]) -> None:
         self.end_offset = end_offset
         self.response = response
         self.completions = completions
@@ -44,7 +45,7 @@ class WriteQueue:
         """The end offset of the newest pending write, None when nothing is pending."""
         return self._pending[-1].end_offset if self._pending else None
 
-    def add(self, end_offset: int, response: Any, completions: list[Completion],
+    def add(self, end_offset: int, response: Any, completions: Sequence[Completion],
             committed_offset: int) -> Any:
         """Hold an operation's answer until ``end_offset`` is committed. Returns the response
         itself when it is committed already and nothing older waits, else a Deferred that
