@@ -3,7 +3,7 @@ completions that must wait until the current operation's records are committed."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,9 +59,3 @@ class ShardContext:
 
         self.completions.append(complete)
 
-    def take_completions(self) -> Sequence[Completion]:
-        out = self.completions
-        if not out:
-            return ()  # most operations defer nothing: no list to swap
-        self.completions = []
-        return out

@@ -11,8 +11,9 @@ Membership is the one state that operations change in memory directly, as Kafka'
 groups do: the in-flight parts (who waits in a JoinGroup, heartbeat deadlines, the generation
 being formed) are never persisted, and a GroupMetadata record persists the durable part at the
 leader's SyncGroup and when a group becomes empty (or a static member is replaced). Every result
-of this manager therefore says ``replay_records=False`` (Kafka: replayRecords=false); replaying
-a GroupMetadata record builds a group from it only when a partition is loaded.
+of this manager that carries records therefore says ``replay_records=False`` (Kafka:
+replayRecords=false); replaying a GroupMetadata record builds a group from it only when a
+partition is loaded.
 
 The rules, states and error codes are Kafka's (GroupCoordinator / the classic part of
 GroupMetadataManager); the comments name the cases.
@@ -475,9 +476,9 @@ class GroupManager:
         if group.is_in(S.EMPTY):
             return _result([], ErrorCode.unknown_member_id)
         self._schedule_heartbeat(group, member)
-        if group.is_in(S.PREPARING_REBALANCE):
-            return _result([], ErrorCode.rebalance_in_progress)
-        return _result([], ErrorCode.none)
+        # no records, so nothing to replay or not: the plain result (heartbeats are the hottest path)
+        return CoordinatorResult([], ErrorCode.rebalance_in_progress if group.is_in(S.PREPARING_REBALANCE)
+                                 else ErrorCode.none)
 
     def touch(self, group_id: str, member_id: str) -> None:
         """A member's offset commit counts as a heartbeat, as in Kafka."""

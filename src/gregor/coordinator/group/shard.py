@@ -201,4 +201,9 @@ class GroupCoordinatorShard:
         self.groups_mgr.on_unloaded()
 
     def take_completions(self) -> Sequence[Completion]:
-        return self.ctx.take_completions()
+        ctx = self.ctx
+        out = ctx.completions
+        if not out:
+            return ()  # most operations defer nothing: no list to swap
+        ctx.completions = []
+        return out

@@ -79,7 +79,7 @@ class ShardRuntime(Generic[S]):
         self.codec = codec
         self.on_append = on_append
         self.label = label
-        self.committed_offset = committed_offset if committed_offset is not None else lambda: plog.high_watermark
+        self._committed_offset = committed_offset
         self.state = ShardState.CLOSED
         self.timer: EventLoopTimer | None = None
         self.shard: S | None = None
@@ -161,6 +161,10 @@ class ShardRuntime(Generic[S]):
     def read(self, fn: Callable[[S], Any]) -> Any:
         return fn(self.check_available())
 
+    def committed_offset(self) -> int:
+        """The partition's high watermark: the end of what is committed."""
+        return self.plog.high_watermark if self._committed_offset is None else self._committed_offset()
+
     def on_high_watermark(self, offset: int) -> None:
         """The partition's committed offset is now ``offset``: release the writes it covers."""
         self.writes.release(offset)
@@ -168,6 +172,7 @@ class ShardRuntime(Generic[S]):
     def _write(self, shard: S, result: CoordinatorResult[Any]) -> Any:
         completions = shard.take_completions()
         records = result.records
+        writes = self.writes
         if records:
             try:
                 end = self._append(records)
@@ -178,14 +183,22 @@ class ShardRuntime(Generic[S]):
                 replay = shard.replay
                 for key, value in records:
                     replay(key, value)
+            if writes.last_offset is None:
+                committed = (self.plog.high_watermark if self._committed_offset is None
+                             else self._committed_offset())
+                if end <= committed:  # committed already (one node), nothing older waits: answer now
+                    for fn in completions:
+                        fn(None)
+                    return result.response
+        elif writes.last_offset is None:  # nothing written, nothing waiting: answer now
+            for fn in completions:
+                fn(None)
+            return result.response
         else:
-            pending = self.writes.last_offset
-            if pending is None:  # nothing written, nothing waiting: answer now
-                for fn in completions:
-                    fn(None)
-                return result.response
-            end = pending
-        return self.writes.add(end, result.response, completions, self.committed_offset())
+            end = writes.last_offset
+        waiter = writes.add(end, result.response, completions)
+        writes.release(self.committed_offset())
+        return waiter
 
     def _abandon(self, completions: Sequence[Completion], reason: str) -> KafkaError:
         """An operation or its append failed: fail what it deferred, reload the shard."""

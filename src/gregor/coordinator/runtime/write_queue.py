@@ -8,9 +8,9 @@ operation that wrote nothing is answered no earlier than the writes before it, s
 to a write ever reveals state that is not yet committed.
 
 On one node the high watermark is the log end offset, so a write is committed as soon as it is
-appended: ``add`` then releases it at once and hands back the response itself, with no Deferred
-and no task switch (the fast path). Once appends wait for replication, the writes wait here
-until the partition reports a higher watermark (``release``).
+appended and the runtime answers it at once, without coming here (no Deferred, no task switch).
+Once appends wait for replication, writes wait here until the partition reports a higher
+watermark (``release``).
 """
 
 from __future__ import annotations
@@ -36,26 +36,20 @@ class PendingWrite:
 class WriteQueue:
     def __init__(self) -> None:
         self._pending: deque[PendingWrite] = deque()
+        # the end offset of the newest pending write, None when nothing is pending (a plain
+        # attribute: the runtime reads it on every operation)
+        self.last_offset: int | None = None
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    @property
-    def last_offset(self) -> int | None:
-        """The end offset of the newest pending write, None when nothing is pending."""
-        return self._pending[-1].end_offset if self._pending else None
-
-    def add(self, end_offset: int, response: Any, completions: Sequence[Completion],
-            committed_offset: int) -> Any:
-        """Hold an operation's answer until ``end_offset`` is committed. Returns the response
-        itself when it is committed already and nothing older waits, else a Deferred that
-        completes with it when released."""
-        if not self._pending and end_offset <= committed_offset:
-            for fn in completions:
-                fn(None)
-            return response
+    def add(self, end_offset: int, response: Any, completions: Sequence[Completion]) -> Deferred[Any]:
+        """Hold an operation's answer until ``end_offset`` is committed; returns a Deferred that
+        completes with the response when the write is released. ``end_offset`` is not below the
+        last pending one (writes are added in log order)."""
         write = PendingWrite(end_offset, response, completions)
         self._pending.append(write)
+        self.last_offset = end_offset
         return write.waiter
 
     def release(self, committed_offset: int) -> None:
@@ -63,6 +57,8 @@ class WriteQueue:
         pending = self._pending
         while pending and pending[0].end_offset <= committed_offset:
             write = pending.popleft()
+            if not pending:
+                self.last_offset = None
             for fn in write.completions:
                 fn(None)
             write.waiter.complete(write.response)
@@ -71,6 +67,7 @@ class WriteQueue:
         """Fail every pending write with ``error``, oldest first (the shard is unloaded: they will
         never be committed here)."""
         pending, self._pending = self._pending, deque()
+        self.last_offset = None
         for write in pending:
             for fn in write.completions:
                 fn(error)
