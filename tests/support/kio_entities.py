@@ -1,6 +1,7 @@
 """kio entities built from plain dicts and written with kio's own writer: the reference that the
 encoders Gregor runs (``gregor.protocol.encoder``, ``gregor.protocol.fetch_response``) are checked
-against byte for byte, and a way to give tests kio objects.
+against byte for byte, a way to give tests kio objects, and the request writer of the benchmarks'
+client (``bench/kclient.py``, which keeps its cost so that its figures stay comparable).
 
 ``build(cls, data)`` takes the dicts handlers return (kio's field names, any version):
 keys the version lacks are dropped, missing keys take the schema default (or zero, empty, or null
