@@ -159,6 +159,9 @@ def iter_key_values(buf: bytes | bytearray | memoryview, h: BatchHeader) -> list
 
 
 def _key_values(data: bytes, count: int) -> list[tuple[bytes | None, bytes | None]]:
+    # One-byte zigzag varints (most lengths) are decoded inline and the deltas skipped without
+    # decoding: this loop runs per record of a whole partition at load. Longer varints go
+    # through varint.read_varint.
     out: list[tuple[bytes | None, bytes | None]] = []
     pos = 0
     n = len(data)
