@@ -16,13 +16,13 @@ from gregor.cluster.meta_properties import load_cluster_id
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.cluster.producer_ids import ProducerIdManager
 from gregor.cluster.topic_admin import TopicAdmin
-from gregor.config import BrokerConfig
+from gregor.config import BrokerConfig, parse_http_listener
 from gregor.coordinator.group.service import GroupCoordinatorService
 from gregor.housekeeping import run_housekeeping
 from gregor.log.log_manager import LogManager
 from gregor.log.storage_errors import FD_CACHE
 from gregor.log.topic_registry import TopicRegistry
-from gregor.metrics.http import parse_listener, serve_metrics
+from gregor.metrics.http import serve_metrics
 from gregor.metrics.registry import BrokerMetrics
 from gregor.metrics.telemetry import TelemetryWriter
 from gregor.server.listener import Listener
@@ -81,7 +81,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(run_housekeeping(self.config, self.logs, self.metrics, self.telemetry)))
         if self.metrics is not None and self.config["metrics.listener"]:
-            mhost, mport = parse_listener(self.config["metrics.listener"])
+            mhost, mport = parse_http_listener(self.config["metrics.listener"])
             self.metrics_server = await serve_metrics(self.metrics.registry, mhost, mport)
         log.info("Gregor broker %d (cluster %s) listening on %s:%d, data in %s", self.node_id,
                  self.cluster.cluster_id, host, bound, self.data_dir)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -67,12 +68,17 @@ def _listeners(v: str) -> str:
     return v.strip()
 
 
+def parse_http_listener(value: str) -> tuple[str, int]:
+    u = urlparse(value if "://" in value else f"http://{value}")
+    if u.scheme != "http" or not u.hostname or u.port is None:
+        raise ValueError(f"metrics.listener {value!r}: expected http://host:port")
+    return u.hostname, u.port
+
+
 def _metrics_listener(v: str) -> str:
     s = v.strip()
     if s:
-        from gregor.metrics.http import parse_listener
-
-        parse_listener(s)
+        parse_http_listener(s)
     return s
 
 

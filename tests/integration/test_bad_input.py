@@ -11,8 +11,7 @@ from confluent_kafka import Producer
 from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-
-from .conftest import free_port
+from tests.support.broker_process import free_port
 
 
 def produce_and_check(broker, topic="alive", n=10):

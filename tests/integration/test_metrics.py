@@ -8,7 +8,7 @@ import urllib.request
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .conftest import free_port
+from tests.support.broker_process import free_port
 
 
 def scrape(port):

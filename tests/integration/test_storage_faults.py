@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import build_batch
-from tests.integration.conftest import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 VALUE = 10 * 1024
 

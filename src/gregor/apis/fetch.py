@@ -64,7 +64,7 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
 
 
-def _close_regions(topics: list[TopicData]) -> None:
+def _close_regions(topics: list[TopicData[FileRegion]]) -> None:
     for t in topics:
         for p in t.partitions:
             if isinstance(p.records, FileRegion):
@@ -103,16 +103,17 @@ def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
 Served = list[tuple[str, int, int, int]]  # topic, partition, messages, bytes
 
 
-def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted]) -> tuple[list[TopicData], int, bool, Served]:
+def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted]
+              ) -> tuple[list[TopicData[FileRegion]], int, bool, Served]:
     logs = ctx.logs
     served: Served = []
     budget = max_bytes
     total = 0
     any_error = False
     first_with_data = True
-    grouped: dict[Any, TopicData] = {}
+    grouped: dict[Any, TopicData[FileRegion]] = {}
     for name, partition, offset, pmax, key, err in wanted:
-        entry = PartitionData(partition, err)
+        entry: PartitionData[FileRegion] = PartitionData(partition, err)
         plog = logs.get(name, partition) if name is not None else None
         if name is not None and plog is None:
             entry.error_code = ErrorCode.unknown_topic_or_partition

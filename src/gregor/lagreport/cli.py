@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gregor.lagreport.job import OFFSETS_TOPIC, JobOptions
-from gregor.metrics.telemetry import TELEMETRY_TOPIC
+from gregor.protocol.telemetry_records import TELEMETRY_TOPIC
 
 AGO = re.compile(r"^(\d+)([smhd])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

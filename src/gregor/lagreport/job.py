@@ -36,8 +36,8 @@ from typing import Any
 
 from gregor.lagreport import rules
 from gregor.lagreport.fields import TELEMETRY_SCHEMA
-from gregor.metrics.telemetry import TELEMETRY_TOPIC
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC
+from gregor.protocol.telemetry_records import TELEMETRY_TOPIC
 
 log = logging.getLogger(__name__)
 KEY = ["group", "topic", "partition"]

@@ -5,7 +5,7 @@ so that the JVM receives finished rows once:
 - ``gregor_lag_samples`` reads ``__gregor_telemetry`` one whole topic partition per task, parses
   the JSON values with Arrow and evaluates the status rules (:mod:`gregor.lagreport.windows`) right
   there. That is correct because the broker writes every record of a group to the group's home
-  partition (``murmur2(group) % partitions``, see :mod:`gregor.metrics.telemetry`). A group found
+  partition (``murmur2(group) % partitions``, see :mod:`gregor.protocol.telemetry_records`). A group found
   outside its home partition (the topic's partition count was changed) fails the read with
   :class:`SplitGroupError`; the job then evaluates through a shuffle by group instead.
 - ``gregor_lag_commits`` reads ``__consumer_offsets`` in offset ranges and decodes the commit
@@ -75,12 +75,12 @@ def topic_ranges(client: dict[str, str], topic: str, since_ms: int | None) -> li
 def _check_homes(table: Any, partition: int, partitions: int) -> None:
     import pyarrow.compute as pc
 
-    from gregor.protocol.partitioner import partition_for_key
+    from gregor.protocol.telemetry_records import home_partition
 
     if partitions == 1:
         return
     for group in pc.unique(table.column("group")).to_pylist():
-        home = partition_for_key(group.encode(), partitions)
+        home = home_partition(group, partitions)
         if home != partition:
             raise SplitGroupError(group, partition, home)
 

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from urllib.parse import urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 log = logging.getLogger(__name__)
-
-
-def parse_listener(value: str) -> tuple[str, int]:
-    u = urlparse(value if "://" in value else f"http://{value}")
-    if u.scheme != "http" or not u.hostname or u.port is None:
-        raise ValueError(f"metrics.listener {value!r}: expected http://host:port")
-    return u.hostname, u.port
 
 
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> asyncio.Server:

@@ -28,8 +28,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from gregor.protocol.partitioner import partition_for_key
 from gregor.protocol.records import build_batch
+from gregor.protocol.telemetry_records import TELEMETRY_TOPIC, home_partition, record_key
 
 if TYPE_CHECKING:
     from gregor.cluster.topic_admin import TopicAdmin
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TELEMETRY_TOPIC = "__gregor_telemetry"
 
 
 class TelemetryWriter:
@@ -64,7 +63,7 @@ class TelemetryWriter:
     def partition_of(self, group_id: str, partitions: int) -> int:
         home = self._homes.get((group_id, partitions))
         if home is None:
-            home = self._homes[(group_id, partitions)] = partition_for_key(group_id.encode(), partitions)
+            home = self._homes[(group_id, partitions)] = home_partition(group_id, partitions)
         return home
 
     def rows(self) -> list[dict[str, Any]]:
@@ -112,7 +111,7 @@ class TelemetryWriter:
                 continue
             for i in range(0, len(part_rows), 1000):
                 chunk = part_rows[i : i + 1000]
-                pairs = [(f"{r['group']}/{r['topic']}/{r['partition']}".encode(),
+                pairs = [(record_key(r['group'], r['topic'], r['partition']),
                           json.dumps(r, separators=(",", ":")).encode()) for r in chunk]  # compact: 10% fewer bytes
                 plog.append_batch_unchecked(build_batch(pairs, timestamp=chunk[0]["ts"]))
             written += len(part_rows)

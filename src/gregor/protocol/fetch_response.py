@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Sized
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
-from gregor.log.file_region import FileRegion
 from gregor.protocol.varint import write_uvarint
 
 _I16 = struct.Struct(">h")
@@ -21,27 +22,32 @@ _I32 = struct.Struct(">i")
 _PART_V4 = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
 
 
+# A partition's records: bytes, or a region of a file the connection sends as the socket drains
+# (log/file_region.py), passed through untouched; only its length is read here.
+R = TypeVar("R", bound=Sized)
+
+
 @dataclass(slots=True)
-class PartitionData:
+class PartitionData(Generic[R]):
     partition: int
     error_code: int = 0
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes | FileRegion = b""
+    records: bytes | R = b""
 
 
 @dataclass(slots=True)
-class TopicData:
+class TopicData(Generic[R]):
     topic: str | uuid.UUID
-    partitions: list[PartitionData] = field(default_factory=list)
+    partitions: list[PartitionData[R]] = field(default_factory=list)
 
 
 def encode_fetch_response(version: int, error_code: int, session_id: int,
-                          topics: list[TopicData]) -> list[bytes | FileRegion]:
+                          topics: list[TopicData[R]]) -> list[bytes | R]:
     """Body of a FetchResponse (no response header) as a list of buffers."""
     flexible = version >= 12
-    parts: list[bytes | FileRegion] = []
+    parts: list[bytes | R] = []
     buf = bytearray()
     buf += _I32.pack(0)  # throttle_time_ms
     if version >= 7:
