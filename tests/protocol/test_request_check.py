@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gregor.apis import REGISTRY
 from gregor.protocol import codec
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.encoder import encode
 from gregor.protocol.request_check import MAX_ELEMENTS, MalformedRequest, check_request
-from gregor.apis import REGISTRY
 
 SERVED = sorted((r.api_key, v) for r in REGISTRY.values() for v in range(r.min_version, r.max_version + 1))
 
