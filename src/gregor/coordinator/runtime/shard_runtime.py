@@ -17,8 +17,9 @@ consumer-protocol groups and share groups plug in the same way, without changes 
 - **The committed offset** is the partition's high watermark (``committed_offset``, by default
   ``plog.high_watermark``). On one node that is the log end offset, so a write is committed by its
   own append and answered within ``execute``, without entering the queue: the response comes
-  back as it is, with no Deferred and no task switch. When appends wait for replication, only where the committed offset comes from
-  changes: it lags the append, the partition reports each new high watermark to
+  back as it is, with no Deferred and no task switch. When appends wait for replication, only
+  where the committed offset comes from changes: it lags the append, the partition reports each
+  new high watermark to
   ``on_high_watermark``, and ``execute`` hands back a Deferred meanwhile.
 - **Failures**: if an operation raises or its append fails, the completions it deferred run with
   the error and the shard is reloaded from its log rather than rolled back.
