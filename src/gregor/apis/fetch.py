@@ -50,7 +50,8 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     deadline = loop.time() + max_wait
     metrics = ctx.metrics
     client_id = ctx.header.client_id or ""
-    positions = [(t, p, offset) for t, p, offset, *_ in wanted if t is not None]
+    # (topic, partition, fetch offset) of the known topics, for attribution (metrics on only)
+    positions = [(t, p, offset) for t, p, offset, *_ in wanted if t is not None] if metrics is not None else []
     owners = metrics.attribute_fetch(client_id, ctx.client_host, positions, ctx.connection_state) if metrics else {}
     while True:
         topics, total, any_error, served = _read_all(ctx, max_bytes, wanted)
@@ -58,7 +59,7 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
         if total >= min_bytes or any_error or remaining <= 0:
             break
         _close_regions(topics)
-        await ctx.logs.notifier.wait([(t, p) for t, p, _ in positions], remaining)
+        await ctx.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
     if metrics is not None:
         metrics.account_fetch(owners, positions, served)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)

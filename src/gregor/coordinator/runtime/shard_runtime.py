@@ -184,13 +184,11 @@ class ShardRuntime(Generic[S]):
                 replay = shard.replay
                 for key, value in records:
                     replay(key, value)
-            if writes.last_offset is None:
-                committed = (self.plog.high_watermark if self._committed_offset is None
-                             else self._committed_offset())
-                if end <= committed:  # committed already (one node), nothing older waits: answer now
-                    for fn in completions:
-                        fn(None)
-                    return result.response
+            if writes.last_offset is None and end <= self.committed_offset():
+                # committed already (one node) and nothing older waits: answer now
+                for fn in completions:
+                    fn(None)
+                return result.response
         elif writes.last_offset is None:  # nothing written, nothing waiting: answer now
             for fn in completions:
                 fn(None)
