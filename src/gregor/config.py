@@ -104,6 +104,20 @@ def ip_overrides(v: str) -> dict[str, int]:
     return out
 
 
+def _zk_connect(v: str) -> str:
+    """host:port[,host:port...][/chroot], as Kafka's zookeeper.connect."""
+    hosts, _, chroot = v.strip().partition("/")
+    if not hosts:
+        raise ValueError("expected host:port[,host:port...][/chroot]")
+    for hp in hosts.split(","):
+        host, sep, port = hp.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{hp.strip()!r} is not host:port")
+    if chroot and (chroot.endswith("/") or "//" in chroot):
+        raise ValueError(f"chroot /{chroot} is not a valid ZooKeeper path")
+    return v.strip()
+
+
 def _nonempty(v: str) -> str:
     if not v.strip():
         raise ValueError("must not be empty")
@@ -194,16 +208,56 @@ KEYS: dict[str, Key] = {
         Key("telemetry.topic.num.partitions", _int_range(1, 1000), 16,
             "partitions of __gregor_telemetry when the broker creates it (a group's records share one)"),
         Key("metrics.listener", _metrics_listener, "", "Prometheus endpoint, e.g. http://127.0.0.1:9404 (empty: off)"),
+        # -- the cluster (ZooKeeper mode); without zookeeper.connect the broker is a single node
+        Key("zookeeper.connect", _zk_connect, None,
+            "ZooKeeper ensemble host:port[,host:port...][/chroot]; unset: a single node, no cluster"),
+        Key("zookeeper.session.timeout.ms", _int_range(1000, INT_MAX), 6000,
+            "ZooKeeper session timeout: how long a dead broker keeps its leaderships (docs/operations.md)"),
+        Key("zookeeper.connection.timeout.ms", _int_range(1, INT_MAX), None,
+            "how long to wait for the first ZooKeeper connection (default: the session timeout)"),
+        Key("zookeeper.max.in.flight.requests", _int_range(1, INT_MAX), 10, "accepted", applies=False),
+        Key("broker.rack", _nonempty, None, "this broker's rack (rack-aware replica placement, KIP-392)"),
+        Key("default.replication.factor", _int_range(1, 32767), 1, "replication factor of auto-created topics"),
+        Key("min.insync.replicas", _int_range(1, INT_MAX), 1,
+            "ISR size below which acks=all produce is refused (NOT_ENOUGH_REPLICAS)"),
+        Key("offsets.topic.replication.factor", _int_range(1, 32767), 3,
+            "replication factor of __consumer_offsets (a single node uses 1)"),
+        Key("unclean.leader.election.enable", _bool, False,
+            "elect a leader outside the ISR when no ISR member is alive (may lose acknowledged records)"),
+        Key("replica.lag.time.max.ms", _int_range(1, LONG_MAX), 30000,
+            "a follower that has not caught up for this long leaves the ISR"),
+        Key("replica.fetch.max.bytes", _int_range(0, INT_MAX), 1048576, "bytes per partition a follower asks for"),
+        Key("replica.fetch.response.max.bytes", _int_range(0, INT_MAX), 10485760,
+            "bytes per fetch response a follower asks for"),
+        Key("replica.fetch.wait.max.ms", _int_range(0, INT_MAX), 500, "how long a follower fetch waits for data"),
+        Key("replica.fetch.min.bytes", _int_range(1, INT_MAX), 1, "bytes a follower fetch waits for"),
+        Key("replica.fetch.backoff.ms", _int_range(0, INT_MAX), 1000, "pause after a failed follower fetch"),
+        Key("replica.socket.timeout.ms", _int_range(1, INT_MAX), 30000, "follower fetch request timeout"),
+        Key("replica.high.watermark.checkpoint.interval.ms", _int_range(1, LONG_MAX), 5000,
+            "how often high watermarks are written to replication-offset-checkpoint"),
+        Key("replica.selector.class", _nonempty, None,
+            "set to org.apache.kafka.common.replica.RackAwareReplicaSelector: consumers fetch from a"
+            " replica in their rack (KIP-392)"),
+        Key("controlled.shutdown.enable", _bool, True, "move leadership away before a broker stops"),
+        Key("controlled.shutdown.max.retries", _int_range(0, INT_MAX), 3, "controlled shutdown attempts"),
+        Key("controlled.shutdown.retry.backoff.ms", _int_range(0, LONG_MAX), 5000,
+            "pause between controlled shutdown attempts"),
+        Key("auto.leader.rebalance.enable", _bool, True,
+            "move leadership back to the preferred replica when it is in the ISR"),
+        Key("leader.imbalance.check.interval.seconds", _int_range(1, LONG_MAX), 300,
+            "how often the controller checks for leader imbalance"),
+        Key("leader.imbalance.per.broker.percentage", _int_range(0, 100), 10,
+            "share of a broker's partitions not led by it that triggers a preferred-leader election"),
     ]
 }
 
 # Kafka keys accepted so that a stock server.properties works; they have no effect here.
 _IGNORED_PREFIXES = (
     "num.network.threads", "num.io.threads", "num.replica.", "num.recovery.threads.per.data.dir",
-    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "zookeeper.", "controller.",
-    "process.roles", "inter.broker.", "listener.security.protocol.map", "default.replication.factor",
-    "offsets.topic.replication.factor", "transaction.state.log.", "min.insync.replicas",
-    "replica.", "unclean.leader.election.enable", "auto.leader.rebalance.enable", "log.preallocate",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "zookeeper.ssl.", "zookeeper.set.acl",
+    "zookeeper.clientCnxnSocket", "controller.", "process.roles", "inter.broker.",
+    "listener.security.protocol.map", "transaction.state.log.", "replica.socket.receive.buffer.bytes",
+    "replica.fetch.min.bytes.", "replica.alter.log.dirs.", "log.preallocate",
     "queued.max.requests", "background.threads", "compression.type", "group.coordinator.",
     "group.consumer.", "share.", "sasl.", "ssl.", "security.", "authorizer.", "metric.reporters",
     "confluent.", "log.message.format.version", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
@@ -335,6 +389,8 @@ TOPIC_KEYS: dict[str, Callable[[str], Any]] = {
     "min.cleanable.dirty.ratio": _ratio,
     "message.timestamp.type": _choice("CreateTime", "LogAppendTime"),
     "file.delete.delay.ms": _int_range(0, LONG_MAX),
+    "min.insync.replicas": _int_range(1, INT_MAX),
+    "unclean.leader.election.enable": _bool,
 }
 # Topic config -> the broker key it defaults from (Kafka's synonyms): the topic defaults and
 # DescribeConfigs' config sources and synonyms read this one table.
@@ -348,9 +404,11 @@ TOPIC_SYNONYMS: dict[str, str] = {
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
     "message.timestamp.type": "log.message.timestamp.type", "file.delete.delay.ms": "file.delete.delay.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 # Accepted on topics for compatibility (replication, producer-side settings); stored, no effect.
-TOPIC_PASSTHROUGH = ("min.insync.replicas", "compression.type", "unclean.leader.election.enable",
+TOPIC_PASSTHROUGH = ("compression.type",
                      "preallocate", "message.downconversion.enable", "local.retention.ms",
                      "local.retention.bytes", "remote.storage.enable", "follower.replication.throttled.replicas",
                      "leader.replication.throttled.replicas", "max.compaction.lag.ms",
