@@ -8,10 +8,9 @@ missing keys take the schema default, so pass ``None`` where a null is meant); a
 decoded with kio into its dataclass. Nothing is negotiated here: the caller names the version
 (the admin client picks it from ApiVersions).
 
-- ``request_header`` / ``request_frame``: the bytes of a request, for callers with their own
-  transport (the asyncio client of the benchmarks) or that send damaged frames on purpose;
-- ``decode_response_frame``: a response frame (without its size prefix) into its correlation id
-  and kio response;
+- ``request_header`` / ``request_frame`` / ``decode_response_frame`` (from
+  ``gregor.protocol.client_frames``, re-exported): the bytes of a request, for callers with their
+  own transport or that send damaged frames on purpose, and a response frame's decoding;
 - ``WireClient``: one connection, one request at a time, plus ``send_raw`` and ``recv_frame``
   for byte-level tests.
 """
@@ -19,44 +18,12 @@ decoded with kio into its dataclass. Nothing is negotiated here: the caller name
 from __future__ import annotations
 
 import socket
-import struct
 from typing import Any
 
-from gregor.protocol import codec
-from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.encoder import encode
+from gregor.protocol.client_frames import SIZE as _SIZE
+from gregor.protocol.client_frames import decode_response_frame, request_frame, request_header
 
-_SIZE = struct.Struct(">i")
-_HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
-
-
-def request_header(api_key: int, version: int, correlation_id: int, client_id: str | bytes | None) -> bytes:
-    """Request header v1, or v2 (with an empty tagged-field section) for flexible versions."""
-    if client_id is None:
-        header = _HEADER.pack(api_key, version, correlation_id, -1)
-    else:
-        cid = client_id.encode() if isinstance(client_id, str) else client_id
-        header = _HEADER.pack(api_key, version, correlation_id, len(cid)) + cid
-    if codec.is_flexible(api_key, version):
-        header += b"\x00"
-    return header
-
-
-def request_frame(api_key: int, version: int, correlation_id: int, body: dict[str, Any],
-                  client_id: str | bytes | None) -> bytes:
-    """A whole request as sent: size, header, and ``body`` encoded for ``version``."""
-    payload = request_header(api_key, version, correlation_id, client_id)
-    payload += encode(codec.request_schema(api_key, version), body)
-    return _SIZE.pack(len(payload)) + payload
-
-
-def decode_response_frame(api_key: int, version: int, frame: bytes) -> tuple[int, Any]:
-    """(correlation id, response) of a response frame read after its size. The header is v1 (a
-    tagged-field section after the correlation id) for flexible versions, except ApiVersions'."""
-    (correlation_id,) = _SIZE.unpack_from(frame, 0)
-    flexible = api_key != ApiKey.API_VERSIONS and codec.response_schema(api_key, version).__flexible__
-    return correlation_id, codec.decode_response(api_key, version, frame[5 if flexible else 4 :])
-
+__all__ = ["WireClient", "decode_response_frame", "request_frame", "request_header"]
 
 class WireClient:
     """One blocking connection. ``bootstrap`` is ``host:port``; socket errors are OSErrors (a

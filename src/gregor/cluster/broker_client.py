@@ -1,0 +1,118 @@
+"""A broker's connection to another broker (Kafka's NetworkClient for one destination): replica
+fetchers and controlled shutdown use it.
+
+One asyncio connection, opened on first use and reopened after a failure; requests are answered
+in order (Kafka brokers answer a connection's requests in order), so several may be in flight.
+Every failure (refused, reset, timed out, a response that does not decode) surfaces as
+``BrokerUnreachable`` and closes the connection; the caller decides when to try again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import deque
+from typing import Any
+
+from gregor.protocol.client_frames import SIZE, decode_response_frame, request_frame
+
+log = logging.getLogger(__name__)
+
+
+class BrokerUnreachable(ConnectionError):
+    pass
+
+
+class BrokerClient:
+    def __init__(self, node_id: int, host: str, port: int, client_id: str,
+                 request_timeout_ms: int = 30000, max_frame_bytes: int = 200 * 1024 * 1024) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000
+        self.max_frame_bytes = max_frame_bytes
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._connecting: asyncio.Lock = asyncio.Lock()
+        self._pending: deque[tuple[int, int, int, asyncio.Future[Any]]] = deque()
+        self._reading: asyncio.Task[None] | None = None
+        self._corr = itertools.count(1)
+
+    def __repr__(self) -> str:
+        return f"broker {self.node_id} ({self.host}:{self.port})"
+
+    async def _connect(self) -> asyncio.StreamWriter:
+        async with self._connecting:
+            if self._writer is not None:
+                return self._writer
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), self.request_timeout)
+            except (TimeoutError, OSError) as e:
+                raise BrokerUnreachable(f"cannot connect to {self}: {e or type(e).__name__}") from None
+            self._reader, self._writer = reader, writer
+            self._reading = asyncio.get_running_loop().create_task(self._read_responses(reader))
+            return writer
+
+    async def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        """Send one request and return its decoded response (kio dataclass)."""
+        writer = await self._connect()
+        corr = next(self._corr) & 0x7FFFFFFF
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((corr, api_key, version, fut))
+        try:
+            writer.write(request_frame(api_key, version, corr, body, self.client_id))
+            return await asyncio.wait_for(fut, self.request_timeout)
+        except TimeoutError:
+            self._fail(BrokerUnreachable(f"{self} did not answer within {self.request_timeout:.0f} s"))
+            raise BrokerUnreachable(f"{self} did not answer within {self.request_timeout:.0f} s") from None
+        except (OSError, RuntimeError) as e:
+            self._fail(BrokerUnreachable(f"{self}: {e}"))
+            raise BrokerUnreachable(f"{self}: {e}") from None
+
+    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                (size,) = SIZE.unpack(head)
+                if not 4 <= size <= self.max_frame_bytes:
+                    raise BrokerUnreachable(f"{self} sent a frame of {size} bytes")
+                frame = await reader.readexactly(size)
+                if not self._pending:
+                    raise BrokerUnreachable(f"{self} answered a request that was not sent")
+                corr, api_key, version, fut = self._pending.popleft()
+                got, response = decode_response_frame(api_key, version, frame)
+                if got != corr:
+                    raise BrokerUnreachable(f"{self} answered request {got} where {corr} was expected")
+                if not fut.done():
+                    fut.set_result(response)
+        except asyncio.CancelledError:
+            raise
+        except BrokerUnreachable as e:
+            self._fail(e)
+        except (OSError, asyncio.IncompleteReadError) as e:
+            self._fail(BrokerUnreachable(f"connection to {self} lost: {e or type(e).__name__}"))
+        except Exception as e:  # noqa: BLE001 - an undecodable response ends the connection
+            self._fail(BrokerUnreachable(f"{self} sent a response that does not decode: {e}"))
+
+    def _fail(self, error: BrokerUnreachable) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        reading, self._reading = self._reading, None
+        if reading is not None and reading is not asyncio.current_task():
+            reading.cancel()
+        if writer is not None:
+            writer.close()
+        while self._pending:
+            *_, fut = self._pending.popleft()
+            if not fut.done():
+                fut.set_exception(error)
+
+    async def close(self) -> None:
+        reading = self._reading
+        self._fail(BrokerUnreachable(f"connection to {self} closed"))
+        if reading is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
