@@ -25,7 +25,7 @@ BROKER_LAYERS: list[set[str]] = [
     {"apis"},
     {"server"},
     {"housekeeping", "broker"},
-    {"cli", "__main__", "__init__"},
+    {"cli", "devcluster", "__main__", "__init__"},
 ]
 # Clients of the broker: they speak the wire formats (protocol/) and never import the broker's
 # internals, so the Spark side and the CLI run without them.
