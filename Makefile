@@ -6,12 +6,15 @@ CORE_STAMP := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 # Debian packages the tests use (kcat; chromium to look at the lag report); Java 17+ for Spark is
-# added by java-deps. The broker itself needs none of them.
+# added by java-deps, ZooKeeper for the cluster tests and make cluster by zookeeper-deps. A single
+# broker (make run) needs none of them.
 APT_PACKAGES := kcat chromium
+ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
 
-.PHONY: setup system-deps java-deps run lag-report test lint bench clean
+.PHONY: setup system-deps java-deps zookeeper-deps run cluster lag-report test lint bench clean
 
-# Everything the tests need: the package with its dev and Spark extras, Debian packages, Java.
+# Everything the tests need: the package with its dev and Spark extras, Debian packages, Java,
+# ZooKeeper.
 setup: $(STAMP) system-deps
 
 # The broker alone: the package and its core dependencies (make run).
@@ -26,7 +29,7 @@ $(STAMP): $(CORE_STAMP)
 	touch $(STAMP)
 
 # Installed with apt-get when missing; needs root or sudo.
-system-deps: java-deps
+system-deps: java-deps zookeeper-deps
 	@missing=""; for p in $(APT_PACKAGES); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
@@ -45,8 +48,22 @@ java-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# The Debian package zookeeper (a server jar, no system service), checked by its jar: it has no
+# command of its own on PATH. After java-deps, so the JRE it depends on is already there.
+zookeeper-deps: java-deps
+	@if [ ! -f $(ZOOKEEPER_JAR) ]; then \
+	  echo "installing Debian packages: zookeeper"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq zookeeper >/dev/null; \
+	fi
+
 run: $(CORE_STAMP)
 	$(BIN)/gregor serve $(ARGS)
+
+# ZooKeeper and 3 brokers on 127.0.0.1 until Ctrl-C, data and logs in ./cluster-data
+# (docs/operations.md, "Running a cluster"): make cluster ARGS="--brokers 5 --racks a,b,c"
+cluster: $(CORE_STAMP) zookeeper-deps
+	$(BIN)/python -m gregor.devcluster $(ARGS)
 
 # The Spark lag report over a running broker: make lag-report ARGS="--bootstrap-server 127.0.0.1:9092"
 lag-report: $(STAMP) java-deps
@@ -68,4 +85,4 @@ bench: setup $(BENCH_STAMP)
 	$(BIN)/python bench/coordinator.py
 
 clean:
-	rm -rf $(VENV) gregor-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) gregor-data cluster-data .pytest_cache .mypy_cache .ruff_cache
