@@ -58,3 +58,55 @@ def broker_factory(tmp_path):
 @pytest.fixture
 def broker(broker_factory):
     return broker_factory()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory):
+    """One ZooKeeper server for the whole session (it starts in about a second); each cluster
+    takes a chroot of its own on it. Tests must not stop, kill or pause it: those that do that to
+    ZooKeeper start their own with ``zookeeper_factory``."""
+    from tests.support.zookeeper import ZooKeeperServer
+
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper") / "data").start()
+    yield server
+    if server.alive():
+        server.stop()
+
+
+@pytest.fixture
+def zookeeper_factory(tmp_path):
+    """Starts ZooKeeper servers of the test's own (``make()``, ``make(port=...)``), under tmp_path;
+    each is killed at the end of the test if still running."""
+    from tests.support.zookeeper import ZooKeeperServer
+
+    started: list[ZooKeeperServer] = []
+
+    def make(port: int | None = None) -> ZooKeeperServer:
+        server = ZooKeeperServer(tmp_path / f"zookeeper{len(started)}", port)
+        started.append(server)
+        return server.start()
+
+    yield make
+    for server in started:
+        if server.proc is not None and server.alive():
+            server.kill()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path, zookeeper):
+    """Starts clusters of brokers in subprocesses: ``make(size=3, overrides=None, racks=None,
+    zk=None)`` (zk: a server from ``zookeeper_factory``; default: the session's, under a chroot
+    of the cluster's own). Brokers still running at the end of the test are killed."""
+    from tests.support.cluster import BrokerCluster
+
+    made: list[BrokerCluster] = []
+
+    def make(size: int = 3, overrides: dict[str, str] | None = None, racks: list[str] | None = None,
+             zk=None) -> BrokerCluster:
+        cluster = BrokerCluster(tmp_path / f"cluster{len(made)}", zk or zookeeper, size, overrides, racks)
+        made.append(cluster)
+        return cluster.start()
+
+    yield make
+    for cluster in made:
+        cluster.kill_all()  # SIGKILL ends a paused broker too
