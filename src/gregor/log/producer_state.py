@@ -125,6 +125,17 @@ class ProducerStateManager:
             if old != path:
                 old.unlink(missing_ok=True)
 
+    @staticmethod
+    def delete_snapshots_above(directory: Path, offset: int) -> None:
+        """Remove the snapshots taken past ``offset`` (the log was truncated below them)."""
+        for snap in directory.glob("*.snapshot"):
+            try:
+                at = int(snap.stem)
+            except ValueError:
+                continue
+            if at > offset:
+                snap.unlink(missing_ok=True)
+
     def load_snapshot(self, directory: Path) -> int | None:
         """Load the newest snapshot; returns its offset, or None."""
         snaps = sorted(directory.glob("*.snapshot"))

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import logging
 import os
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 # recently used ones open (``log.segment.open.files.max``).
 
 _MAGIC = 16  # byte of the magic in a batch header
+_EPOCH_PREFIX = struct.Struct(">qii")  # base offset, batch length, partition leader epoch
 
 
 def segment_name(base_offset: int) -> str:
@@ -367,19 +369,50 @@ class Segment:
         self._since_index = self.size - pos
         return True
 
-    def truncate_to_offset(self, offset: int) -> None:
-        """Drop every batch at or after ``offset`` (a batch straddling it is dropped whole)."""
-        pos, _h = self.find_position(offset)
+    def truncate_to_offset(self, offset: int) -> list[BatchHeader]:
+        """Drop every batch holding an offset at or after ``offset`` (a batch straddling it is
+        dropped whole) from the file and both indexes, and fsync the file. Returns the headers of
+        the dropped batches. Walks only the dropped batches and those after the last index entry
+        left, never the whole segment."""
+        pos, first = self.find_position(offset)
+        if first is None:
+            return []
+        dropped = list(self.iter_headers(pos))
         with self._fd() as fd:
             os.ftruncate(fd, pos)
-        self.size = pos
+            self.size = pos
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise PartitionOffline(f"fsync of {self.path} after truncating it failed: {describe(e)}") from None
+        self.unflushed = False
         self.index.truncate_to_position(pos)
-        self.time_index.truncate_to_offset(offset)
-        self.next_offset = self.base_offset
-        self.max_timestamp = -1
-        for h in self.iter_headers(0):
+        self.time_index.truncate_to_offset(first.base_offset)
+        # the time index holds an entry for every batch that raised the maximum timestamp
+        self.max_timestamp = self.time_index.timestamps[-1] if len(self.time_index) else -1
+        if len(self.index):
+            last_pos = self.index.positions[-1]
+            self.next_offset = self.base_offset + self.index.rel_offsets[-1]  # an entry is a batch start
+        else:
+            last_pos = 0
+            self.next_offset = self.base_offset
+        for h in self.iter_headers(last_pos, pos):
             self.next_offset = h.next_offset
-            self.max_timestamp = max(self.max_timestamp, h.max_timestamp)
+        self._since_index = pos - last_pos if len(self.index) else 0
+        return dropped
+
+    def iter_epochs(self) -> Iterator[tuple[int, int]]:
+        """(partition leader epoch, base offset) of every batch, reading 16 bytes per batch
+        (rebuilding a leader epoch cache). Stops at a header that cannot be walked."""
+        size = self.size
+        pos = 0
+        with self._fd() as fd:
+            while pos + _EPOCH_PREFIX.size <= size:
+                base, length, epoch = _EPOCH_PREFIX.unpack(os.pread(fd, _EPOCH_PREFIX.size, pos))
+                if length < rb.HEADER_SIZE - rb.LOG_OVERHEAD or pos + rb.LOG_OVERHEAD + length > size:
+                    return
+                yield epoch, base
+                pos += rb.LOG_OVERHEAD + length
 
     def delete_files(self) -> None:
         self.close()
