@@ -11,6 +11,10 @@ reaches ``min.cleanable.dirty.ratio``:
 3. swap each rewritten segment in: ``.cleaned`` -> ``.log.swap`` -> ``.log`` (a crash in between
    is finished or undone at the next start).
 
+On a replicated log only segments wholly below the high watermark are cleaned (Kafka never cleans
+past it), a rewritten batch keeps its partition leader epoch, and a rewrite is dropped if the log
+was truncated while it ran.
+
 The rewrite decodes records, so it runs in a worker thread, never on the produce or fetch path.
 """
 
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from gregor.log.partition_log import PartitionLog
 from gregor.log.segment import Segment
+from gregor.protocol import record_batch as rb
 from gregor.protocol.records import Record, build_batch, decode_records, iter_batches
 
 log = logging.getLogger(__name__)
@@ -65,9 +70,13 @@ def clean_segment(seg: Segment, latest: dict[bytes, int], drop_tombstones: bool,
         if len(kept) == len(records):
             out += data[h.position : h.position + h.size]
         elif kept:
-            out += build_batch(kept, codec=h.compression, producer_id=h.producer_id,
-                               producer_epoch=h.producer_epoch, base_sequence=-1,
-                               attributes=h.attributes)
+            rebuilt = bytearray(build_batch(kept, codec=h.compression, producer_id=h.producer_id,
+                                            producer_epoch=h.producer_epoch, base_sequence=-1,
+                                            attributes=h.attributes))
+            # the leader epoch that wrote it (not covered by the CRC)
+            rebuilt[rb.PARTITION_LEADER_EPOCH : rb.PARTITION_LEADER_EPOCH + 4] = \
+                data[h.position + rb.PARTITION_LEADER_EPOCH : h.position + rb.PARTITION_LEADER_EPOCH + 4]
+            out += rebuilt
     cleaned = seg.path.with_suffix(".cleaned")
     try:
         with open(cleaned, "wb") as f:
@@ -83,6 +92,9 @@ def clean_segment(seg: Segment, latest: dict[bytes, int], drop_tombstones: bool,
 def compact(plog: PartitionLog) -> tuple[list[Segment], list[Path], int]:
     """Thread part of a cleaning: returns (segments cleaned, their .cleaned files, bytes before)."""
     sealed = plog.segments[:-1]
+    if plog.replicated:
+        hwm = plog.high_watermark
+        sealed = [s for i, s in enumerate(sealed) if plog.segments[i + 1].base_offset <= hwm]
     if not sealed:
         return [], [], 0
     now = plog.clock()
@@ -96,9 +108,11 @@ def compact(plog: PartitionLog) -> tuple[list[Segment], list[Path], int]:
     return sealed, files, sum(s.size for s in sealed)
 
 
-def swap_in(plog: PartitionLog, sealed: list[Segment], files: list[Path]) -> int:
-    """Event-loop part: replace the sealed segments by their cleaned copies. Returns bytes saved."""
-    if any(s not in plog.segments for s in sealed):
+def swap_in(plog: PartitionLog, sealed: list[Segment], files: list[Path], truncations: int | None = None) -> int:
+    """Event-loop part: replace the sealed segments by their cleaned copies. Returns bytes saved.
+    ``truncations``: ``plog.truncations`` when the rewrite started (a truncation since then may
+    have cut a segment the rewrite copied whole)."""
+    if any(s not in plog.segments for s in sealed) or (truncations is not None and truncations != plog.truncations):
         for f in files:
             f.unlink(missing_ok=True)
         return 0  # retention or deletion changed the log meanwhile; try again later
@@ -119,6 +133,7 @@ def swap_in(plog: PartitionLog, sealed: list[Segment], files: list[Path]) -> int
 
 
 async def clean_partition(plog: PartitionLog) -> int:
+    truncations = plog.truncations
     try:
         sealed, files, _ = await asyncio.to_thread(compact, plog)
     except OSError as e:  # a segment went away under the cleaner (retention, topic deletion), or a full disk
@@ -133,6 +148,6 @@ async def clean_partition(plog: PartitionLog) -> int:
         return 0
     if not sealed:
         return 0
-    saved = swap_in(plog, sealed, files)
+    saved = swap_in(plog, sealed, files, truncations)
     log.info("%s-%d: compacted %d segments, %d bytes freed", plog.topic, plog.partition, len(sealed), saved)
     return saved

@@ -6,7 +6,10 @@ The region opens a descriptor of its own when it is created, in the same event-l
 chose the byte range, so what it sends is what was chosen: retention deleting the segment,
 compaction swapping a rewritten file in, or a descriptor cache closing the segment's own
 descriptor do not change the open file (POSIX keeps an unlinked or replaced file readable through
-an open descriptor). The log appends only past the chosen range, so those bytes are immutable.
+an open descriptor). The log appends only past the chosen range, so those bytes are immutable,
+except on a replicated log truncated by its follower role meanwhile (``PartitionLog.truncate_to``):
+then the range may end early (the connection closes when the data vanished, as Kafka fails such a
+send) or hold the new batches written in place.
 """
 
 from __future__ import annotations

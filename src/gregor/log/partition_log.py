@@ -1,8 +1,14 @@
 """The log of one topic-partition: an ordered list of segments, the last one active.
 
 Append treats a batch as opaque bytes: header checks and CRC (``validate_batches``), producer
-sequence checks, base offset rewritten in place, one write. Reads return whole byte ranges of
-one segment. On one node the high watermark is the log end offset once the write returns.
+sequence checks, base offset and leader epoch rewritten in place, one write. Reads return whole
+byte ranges of one segment.
+
+High watermark: on one node (``replicated`` False) it is the log end offset once the write
+returns. A replicated log keeps it apart, moved by the replica manager (``update_high_watermark``):
+consumers read below it (``read(max_offset=...)``), followers up to the log end. Replication
+also uses the leader epoch cache (``epochs``), the follower's append of the leader's batches as
+they are (``append_as_follower``) and truncation (``truncate_to``, ``truncate_fully_and_start_at``).
 """
 
 from __future__ import annotations
@@ -10,13 +16,17 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import crc32c
+
 from gregor.log.file_region import FileRegion
+from gregor.log.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from gregor.log.producer_state import ProducerStateManager
 from gregor.log.segment import Segment
 from gregor.log.storage_errors import CorruptBatch, PartitionOffline, StorageError, describe
@@ -31,6 +41,22 @@ log = logging.getLogger(__name__)
 
 # a compressed batch for a compacted topic may inflate to max(this, 8 x max.message.bytes)
 MAX_INFLATED_FLOOR = 64 << 20
+# offsets in a segment's index are 32-bit, relative to its base: a follower rolls before that
+MAX_RELATIVE_OFFSET = 2**31 - 1
+_I32 = struct.Struct(">i")
+
+
+class UnexpectedAppendOffset(KafkaError):
+    """A follower append whose first batch starts below the log end offset (Kafka's
+    UnexpectedAppendOffsetException), with code OFFSET_OUT_OF_RANGE. ``first_offset`` and
+    ``last_offset`` are those of that batch: when the log is empty and the batch holds its end
+    offset (the leader's log start was inside that batch), the fetcher starts the log at
+    ``first_offset`` (``truncate_fully_and_start_at``) and appends again."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(ErrorCode.offset_out_of_range, message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
 
 
 class RecordErrors(KafkaError):
@@ -66,6 +92,37 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+def replica_batches(buf: bytes | bytearray | memoryview) -> tuple[list[rb.BatchHeader], list[int]]:
+    """The whole batches of a fetch response's record set from a leader: their headers and
+    partition leader epochs. A trailing partial batch is left out. Each batch is checked as
+    ``validate_batches`` checks a produced one (length, magic, CRC-32C), except what a leader's
+    log may legitimately hold: no size limit (the leader accepted the batch), and a record count
+    below ``last_offset_delta + 1`` (a batch rewritten by compaction keeps its offsets). InvalidBatch
+    otherwise."""
+    headers: list[rb.BatchHeader] = []
+    epochs: list[int] = []
+    end = len(buf)
+    mv = memoryview(buf)
+    pos = 0
+    while end - pos >= rb.LOG_OVERHEAD:
+        length = _I32.unpack_from(mv, pos + rb.LENGTH)[0]
+        if length < rb.HEADER_SIZE - rb.LOG_OVERHEAD:
+            raise InvalidBatch(f"record batch length {length} at byte {pos} is smaller than its header")
+        if pos + rb.LOG_OVERHEAD + length > end:
+            break  # a partial batch: the fetch response ended inside it
+        h = rb.read_header(mv, pos)
+        if h.last_offset_delta < 0 or h.records_count < 0 or h.records_count > h.last_offset_delta + 1:
+            raise InvalidBatch(f"record batch at byte {pos} counts {h.records_count} records with last "
+                               f"offset delta {h.last_offset_delta}")
+        stored = int.from_bytes(mv[pos + rb.CRC : pos + rb.CRC + 4], "big")
+        if crc32c.crc32c(mv[pos + rb.ATTRIBUTES : pos + h.size]) != stored:
+            raise InvalidBatch(f"record batch CRC mismatch at byte {pos}")
+        headers.append(h)
+        epochs.append(_I32.unpack_from(mv, pos + rb.PARTITION_LEADER_EPOCH)[0])
+        pos += h.size
+    return headers, epochs
+
+
 class PartitionLog:
     def __init__(self, directory: Path, topic: str, partition: int, config: dict[str, Any],
                  clock: Callable[[], int] = now_ms) -> None:
@@ -86,6 +143,10 @@ class PartitionLog:
         self._lazy_leo = 0
         self.offline: str | None = None  # why the partition is offline (see storage_errors)
         self._snapshot_at: int | None = None  # offset of the producer snapshot on disk
+        self._replicated = False
+        self._hwm = 0  # the high watermark of a replicated log (see ``high_watermark``)
+        self._epochs = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)  # loaded by ``open``
+        self.truncations = 0  # counts truncations: the cleaner drops a rewrite that raced one
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open_lazily(self, log_end_offset: int, log_start_offset: int) -> None:
@@ -105,10 +166,18 @@ class PartitionLog:
         start = self.log_start_offset
         try:
             self.open(clean_shutdown=True, recovery_point=self._lazy_leo)
+            self.restore_log_start_offset(start)
         except OSError as e:
             raise StorageError(f"cannot load {self.topic}-{self.partition}: {describe(e)}") from None
-        if start > self.log_start_offset:  # DeleteRecords moved it past a segment start
+
+    def restore_log_start_offset(self, start: int) -> None:
+        """At load: the checkpointed log start offset, where DeleteRecords moved it past a
+        segment's start (never beyond the log end that was loaded)."""
+        if start > self.log_start_offset:
             self.log_start_offset = min(start, self.log_end_offset)
+            self._epochs.truncate_from_start(self.log_start_offset, durable=False)
+            if self._hwm < self.log_start_offset:
+                self._hwm = self.log_start_offset
 
     def create_files(self) -> None:
         """A new, empty partition's directory and first segment file (no descriptor kept). Runs
@@ -123,11 +192,14 @@ class PartitionLog:
         self._bases = [0]
         self.log_start_offset = 0
         self.recovery_point = 0
+        self._hwm = 0
+        self._epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_CHECKPOINT)
         self.loaded = True
 
     def open(self, clean_shutdown: bool, recovery_point: int) -> None:
         """Load segments. After an unclean shutdown, every segment at or after the recovery point
-        is re-validated batch by batch and a torn tail truncated."""
+        is re-validated batch by batch and a torn tail truncated. Then the leader epoch cache
+        (``_load_epochs``) and the producer state."""
         self.segments = []
         self.dir.mkdir(parents=True, exist_ok=True)
         names = os.listdir(self.dir)  # one directory read for the three kinds of file below
@@ -143,6 +215,7 @@ class PartitionLog:
         max_batch = int(self.config["max.message.bytes"])
         now = self.clock()
         truncated_at: int | None = None
+        recovered: list[Segment] = []
         for base in bases:
             if truncated_at is not None:
                 # everything after a corrupt batch is unreachable: drop later segments too
@@ -153,6 +226,7 @@ class PartitionLog:
             known_end = bases[bases.index(base) + 1] if base != bases[-1] else (
                 recovery_point if clean_shutdown and recovery_point > base else None)
             if needs_recovery or not seg.load_indexes(known_end):
+                recovered.append(seg)
                 cut = seg.recover(max_batch)
                 if cut:
                     log.warning("%s-%d: truncated %d bytes of torn or corrupt data from segment %d",
@@ -164,6 +238,9 @@ class PartitionLog:
         self._bases = [s.base_offset for s in self.segments]
         self.log_start_offset = self.segments[0].base_offset
         leo = self.log_end_offset
+        end = self.active.next_offset  # (``leo`` is not the loaded log's end: ``loaded`` is still False)
+        self._load_epochs(recovered, end)
+        self._hwm = min(max(self._hwm, self.log_start_offset), end)
         snap = self.producer_state.load_snapshot(self.dir) if clean_shutdown else None
         self._snapshot_at = snap
         if snap != leo and not (snap is None and all(s.size == 0 for s in self.segments)):
@@ -174,6 +251,31 @@ class PartitionLog:
         self.last_flush_ms = now
         # no cleaner checkpoint is kept: after a restart every sealed segment counts as dirty
         self.dirty_since_clean = sum(s.size for s in self.segments[:-1])
+
+    def _load_epochs(self, recovered: list[Segment], end: int) -> None:
+        """The leader epoch cache from ``leader-epoch-checkpoint``, completed with the epochs of
+        the batches of the segments recovery re-read (entries assigned after the last flush are
+        written lazily, see leader_epoch_cache). A missing or corrupt file is rebuilt from the
+        partition leader epoch of every batch of the log (16 bytes read per batch; once: the
+        rebuilt cache is written at the next flush or close). Then, as Kafka at load, entries at
+        or past the log end offset are dropped (an unclean shutdown may have cut the log below
+        them) and the first entry moved up to the log start offset."""
+        path = self.dir / LEADER_EPOCH_CHECKPOINT
+        cache = LeaderEpochCache.load(path)
+        scan = recovered
+        if cache is None:
+            corrupt = path.exists()
+            cache = LeaderEpochCache(path)
+            cache.dirty = corrupt  # a corrupt file is replaced even if the log has no batch
+            scan = self.segments
+        for seg in scan:
+            if seg.size:
+                for epoch, base in seg.iter_epochs():
+                    if epoch > cache.latest_epoch:
+                        cache.assign(epoch, base, durable=False)
+        cache.truncate_from_end(end)
+        cache.truncate_from_start(self.log_start_offset, durable=False)
+        self._epochs = cache
 
     @staticmethod
     def _segment_end(bases: list[int], base: int) -> int:
@@ -198,6 +300,11 @@ class PartitionLog:
                 raise PartitionOffline(self.offline)
             for seg in self.segments:
                 seg.flush()
+            try:
+                self._epochs.flush()
+            except OSError as e:
+                raise StorageError(f"writing the leader epoch checkpoint of {self.topic}-{self.partition} "
+                                   f"failed: {describe(e)}") from None
             leo = self.log_end_offset
             if self._snapshot_at != leo and not (self._snapshot_at is None and self.size_bytes == 0):
                 self.producer_state.write_snapshot(self.dir, leo)
@@ -222,7 +329,42 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
+        """The log end offset on one node; a replicated log's own value (``update_high_watermark``)."""
+        if self._replicated:
+            return self._hwm
         return self.log_end_offset
+
+    @property
+    def replicated(self) -> bool:
+        """Set by the replica manager when the partition is replicated: from then on the high
+        watermark is kept apart from the log end offset (clamped into [log start, log end] now)."""
+        return self._replicated
+
+    @replicated.setter
+    def replicated(self, value: bool) -> None:
+        self._replicated = value
+        if value:
+            self._hwm = min(max(self._hwm, self.log_start_offset), self.log_end_offset)
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Set the high watermark of a replicated log, clamped into [log start offset, log end
+        offset] (Kafka's Log.updateHighWatermark: it may move down, e.g. on a follower after the
+        leader's value). Returns whether it changed."""
+        hw = self.log_start_offset if offset < self.log_start_offset else min(offset, self.log_end_offset)
+        if hw == self._hwm:
+            return False
+        self._hwm = hw
+        return True
+
+    def set_high_watermark_from_checkpoint(self, offset: int) -> None:
+        """The high watermark read from ``replication-offset-checkpoint`` at start-up (clamped)."""
+        self.update_high_watermark(offset)
+
+    @property
+    def epochs(self) -> LeaderEpochCache:
+        """The leader epoch cache (the log is loaded first if it was opened lazily)."""
+        self.ensure_loaded()
+        return self._epochs
 
     @property
     def size_bytes(self) -> int:
@@ -233,8 +375,9 @@ class PartitionLog:
         return "compact" in str(self.config["cleanup.policy"])
 
     # -- append ------------------------------------------------------------------------------
-    def append(self, records: bytes) -> AppendResult:
-        """Validate and append one produce request's records for this partition.
+    def append(self, records: bytes, leader_epoch: int = 0) -> AppendResult:
+        """Validate and append one produce request's records for this partition, stamped with
+        ``leader_epoch`` (recorded in the leader epoch cache when it is a new epoch).
 
         A storage failure raises StorageError with the log exactly as before the call (nothing
         acknowledged is ever unreadable), or PartitionOffline."""
@@ -264,12 +407,12 @@ class PartitionLog:
             return AppendResult(dup.first_offset, -1, self.log_start_offset, duplicate=True)
         now = self.clock()
         try:
-            return self._append_checked(records, h, now)
+            return self._append_checked(records, h, now, leader_epoch)
         except PartitionOffline as e:
             self.offline = e.message
             raise
 
-    def _append_checked(self, records: bytes, h: rb.BatchHeader, now: int) -> AppendResult:
+    def _append_checked(self, records: bytes, h: rb.BatchHeader, now: int, leader_epoch: int) -> AppendResult:
         self._maybe_roll(h.size, now)
         offset = self.log_end_offset
         h.base_offset = offset
@@ -278,7 +421,7 @@ class PartitionLog:
             append_time = now
             buf = bytearray(records)  # the CRC must be recomputed over the whole batch
             rb.set_base_offset(buf, 0, offset)
-            rb.set_partition_leader_epoch(buf, 0, 0)
+            rb.set_partition_leader_epoch(buf, 0, leader_epoch)
             rb.set_log_append_time(buf, h, now)
             self.active.append([buf], [h])
         else:
@@ -286,34 +429,138 @@ class PartitionLog:
             # write a patched header and the rest of the batch as it came
             head = bytearray(records[: rb.CRC])
             rb.set_base_offset(head, 0, offset)
-            rb.set_partition_leader_epoch(head, 0, 0)
+            rb.set_partition_leader_epoch(head, 0, leader_epoch)
             self.active.append([head, memoryview(records)[rb.CRC :]], [h])
+        if leader_epoch > self._epochs.latest_epoch:
+            self._new_epoch(leader_epoch, offset)
         self.producer_state.update(h)
         self._appended(h)
         return AppendResult(offset, append_time, self.log_start_offset)
 
-    def append_batch_unchecked(self, batch: bytes) -> int:
-        """Append a batch built by the broker itself (internal topics). Returns its base offset."""
+    def _new_epoch(self, epoch: int, offset: int) -> None:
+        """The first batch of a new leader epoch was written at ``offset``. The cache entry is
+        written with the next flush (the batch carries the epoch, so recovery rebuilds the entry
+        if a crash comes first); a failed write (only when old entries had to be removed) is
+        retried then, never the append's failure."""
+        try:
+            self._epochs.assign(epoch, offset, durable=False)
+        except OSError as e:
+            log.error("%s-%d: writing the leader epoch checkpoint failed (%s); retried at the next flush",
+                      self.topic, self.partition, describe(e))
+
+    def append_batch_unchecked(self, batch: bytes, leader_epoch: int = 0) -> int:
+        """Append a batch built by the broker itself (internal topics), stamped with
+        ``leader_epoch``. Returns its base offset."""
         self.ensure_loaded()
         if self.offline:
             raise PartitionOffline(self.offline)
         try:
-            return self._append_unchecked(batch)
+            return self._append_unchecked(batch, leader_epoch)
         except PartitionOffline as e:
             self.offline = e.message
             raise
 
-    def _append_unchecked(self, batch: bytes) -> int:
+    def _append_unchecked(self, batch: bytes, leader_epoch: int) -> int:
         h = rb.read_header(batch, 0)
         now = self.clock()
         self._maybe_roll(h.size, now)
         buf = bytearray(batch)
         offset = self.log_end_offset
         rb.set_base_offset(buf, 0, offset)
+        rb.set_partition_leader_epoch(buf, 0, leader_epoch)
         h.base_offset = offset
         self.active.append([buf], [h])
+        if leader_epoch > self._epochs.latest_epoch:
+            self._new_epoch(leader_epoch, offset)
         self._appended(h)
         return offset
+
+    # -- follower append ---------------------------------------------------------------------
+    def append_as_follower(self, records: bytes) -> int:
+        """Append the record set of a fetch response from the partition's leader, byte for byte:
+        offsets and partition leader epochs stay as the leader wrote them, control and
+        transactional batches included. Returns the new log end offset.
+
+        Each whole batch's header and CRC are checked (``replica_batches``); a trailing partial
+        batch (a fetch response may end inside one) is ignored. The first batch must start at or
+        after the log end offset, else UnexpectedAppendOffset (OFFSET_OUT_OF_RANGE); a batch
+        starting after it is accepted as Kafka does, since compaction on the leader leaves offset
+        gaps. Offsets must grow from batch to batch (CORRUPT_MESSAGE otherwise). The leader epoch
+        cache takes each batch's epoch, the producer state each batch's producer fields; segments
+        roll and flush as for any append. Per batch work only, never per record.
+
+        A storage failure raises StorageError (or PartitionOffline); the batches written before
+        it stay (the log end offset tells the fetcher where to go on)."""
+        self.ensure_loaded()
+        if self.offline:
+            raise PartitionOffline(self.offline)
+        try:
+            headers, epochs = replica_batches(records)
+        except InvalidBatch as e:
+            raise KafkaError(ErrorCode.corrupt_message,
+                             f"{self.topic}-{self.partition}: invalid batch from the leader: {e}") from None
+        leo = self.log_end_offset
+        if not headers:
+            return leo
+        first = headers[0]
+        if first.base_offset < leo:
+            raise UnexpectedAppendOffset(
+                f"{self.topic}-{self.partition}: the first batch from the leader holds offsets "
+                f"{first.base_offset}-{first.last_offset}, below the log end offset {leo}",
+                first.base_offset, first.last_offset)
+        expected = leo
+        for h in headers:
+            if h.base_offset < expected:
+                raise KafkaError(ErrorCode.corrupt_message,
+                                 f"{self.topic}-{self.partition}: offsets from the leader go back from "
+                                 f"{expected - 1} to {h.base_offset}")
+            expected = h.next_offset
+        try:
+            self._append_replica(memoryview(records), headers, epochs)
+        except PartitionOffline as e:
+            self.offline = e.message
+            raise
+        return self.log_end_offset
+
+    def _append_replica(self, data: memoryview, headers: list[rb.BatchHeader], epochs: list[int]) -> None:
+        """Write the batches in runs that fit the active segment (one write per run), rolling a
+        new segment at a run's first offset when needed."""
+        now = self.clock()
+        segment_bytes = int(self.config["segment.bytes"])
+        cache = self._epochs
+        i, n = 0, len(headers)
+        messages = 0
+        while i < n:
+            first = headers[i]
+            self._maybe_roll(first.size, now, first.base_offset)
+            act = self.active
+            if first.last_offset - act.base_offset > MAX_RELATIVE_OFFSET:  # (an empty one is left as is)
+                act = self.roll(now, first.base_offset)
+            start = first.position
+            room = max(segment_bytes - act.size, first.size)
+            end = start + first.size
+            j = i + 1
+            while j < n:
+                h = headers[j]
+                if h.position + h.size - start > room or h.last_offset - act.base_offset > MAX_RELATIVE_OFFSET:
+                    break
+                end = h.position + h.size
+                j += 1
+            run = headers[i:j]
+            for h in run:
+                h.position -= start  # positions relative to the buffer written
+            act.append([data[start:end]], run)
+            for h, epoch in zip(run, epochs[i:j], strict=True):
+                if epoch != cache.latest_epoch and epoch >= 0:
+                    self._new_epoch(epoch, h.base_offset)
+                if h.producer_id >= 0:
+                    self.producer_state.update(h)
+                messages += h.records_count
+            self.dirty_since_clean += end - start
+            i = j
+        self.unflushed_messages += messages
+        if self.unflushed_messages >= int(self.config["flush.messages"]):
+            self.flush()
 
     def _appended(self, h: rb.BatchHeader) -> None:
         """Bookkeeping after any append: flush policy and the cleaner's dirty count."""
@@ -339,7 +586,7 @@ class PartitionLog:
             msg = f"compacted topic {self.topic}-{self.partition} cannot accept a record without a key"
             raise RecordErrors(ErrorCode.invalid_record, msg, [(i, msg) for i in missing])
 
-    def _maybe_roll(self, incoming: int, now: int) -> None:
+    def _maybe_roll(self, incoming: int, now: int, base_offset: int | None = None) -> None:
         act = self.active
         if act.size == 0:
             return
@@ -347,15 +594,16 @@ class PartitionLog:
         old = now - act.created_ms >= int(self.config["segment.ms"])
         index_full = len(act.index) * 8 >= int(self.config["segment.index.bytes"])
         if full or old or index_full:
-            self.roll(now)
+            self.roll(now, base_offset)
 
-    def roll(self, now: int | None = None) -> Segment:
-        """Seal the active segment (fsync, indexes) and start a new one. If the new file cannot
-        be created (StorageError), the active segment stays as it was."""
+    def roll(self, now: int | None = None, base_offset: int | None = None) -> Segment:
+        """Seal the active segment (fsync, indexes) and start a new one at ``base_offset``
+        (default: the log end offset; a follower's append may start past it). If the new file
+        cannot be created (StorageError), the active segment stays as it was."""
         act = self.active
         act.flush()
-        seg = Segment(self.dir, self.log_end_offset, int(self.config["index.interval.bytes"]),
-                      self.clock() if now is None else now)
+        seg = Segment(self.dir, self.log_end_offset if base_offset is None else base_offset,
+                      int(self.config["index.interval.bytes"]), self.clock() if now is None else now)
         self.segments.append(seg)
         self._bases.append(seg.base_offset)
         return seg
@@ -371,14 +619,28 @@ class PartitionLog:
         except PartitionOffline as e:
             self.offline = e.message
             raise
-        self.recovery_point = self.log_end_offset
         self.unflushed_messages = 0
         self.last_flush_ms = self.clock()
+        if self._epochs.dirty:
+            # new entries first: the recovery point must not pass an entry that is not on disk
+            try:
+                self._epochs.flush()
+            except OSError as e:
+                log.error("%s-%d: writing the leader epoch checkpoint failed (%s); the recovery point "
+                          "stays at %d", self.topic, self.partition, describe(e), self.recovery_point)
+                return
+        self.recovery_point = self.log_end_offset
 
     # -- read --------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True, region_above: int = 0) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True, region_above: int = 0,
+             max_offset: int | None = None) -> ReadResult:
         """Whole batches from ``offset`` within ``max_bytes``; a range of ``region_above`` bytes or
         more (if > 0) comes back as a FileRegion to be sent in chunks, not as bytes.
+
+        ``max_offset``: only batches ending at or below it (every offset < ``max_offset``) are
+        returned; consumers of a replicated log pass the high watermark, followers None (the log
+        end). An offset in [log start, log end] is valid whatever the bound: at or past the bound
+        the answer is empty, as Kafka's. ``high_watermark`` in the result is the log's.
 
         A batch whose header cannot be walked (see Segment.iter_headers) answers CORRUPT_MESSAGE
         at its offset, never a skip past it; a failing read is KAFKA_STORAGE_ERROR."""
@@ -386,7 +648,7 @@ class PartitionLog:
         if self.offline:
             raise PartitionOffline(self.offline)
         try:
-            return self._read(offset, max_bytes, min_one_batch, region_above)
+            return self._read(offset, max_bytes, min_one_batch, region_above, max_offset)
         except CorruptBatch as e:
             raise KafkaError(ErrorCode.corrupt_message,
                              f"{self.topic}-{self.partition}: the batch at or after offset {offset} is "
@@ -394,34 +656,51 @@ class PartitionLog:
         except OSError as e:
             raise StorageError(f"reading {self.topic}-{self.partition} failed: {describe(e)}") from None
 
-    def _read(self, offset: int, max_bytes: int, min_one_batch: bool, region_above: int) -> ReadResult:
+    def _read(self, offset: int, max_bytes: int, min_one_batch: bool, region_above: int,
+              max_offset: int | None) -> ReadResult:
         leo = self.log_end_offset
+        hw = self._hwm if self._replicated else leo
         if offset == leo:
-            return ReadResult(b"", leo, self.log_start_offset)
+            return ReadResult(b"", hw, self.log_start_offset)
         if offset < self.log_start_offset or offset > leo:
             raise KafkaError(ErrorCode.offset_out_of_range,
                              f"offset {offset} is outside [{self.log_start_offset}, {leo}]")
+        if max_offset is not None and offset >= max_offset:
+            return ReadResult(b"", hw, self.log_start_offset)
         i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         while i < len(self.segments):
             seg = self.segments[i]
             pos, h = seg.find_position(offset)
             if h is not None:
+                limit = seg.size
+                if max_offset is not None and seg.next_offset > max_offset:
+                    if h.next_offset > max_offset:
+                        return ReadResult(b"", hw, self.log_start_offset)
+                    limit = self._position_below(seg, max_offset)
                 if h.size > max_bytes:
                     # KIP-74: the first batch is served whole even when larger than the limit
                     length, next_offset = (h.size, h.next_offset) if min_one_batch else (0, -1)
                 else:
                     # whole batches only: a consumer would drop a trailing partial batch and fetch
                     # it again
-                    end, next_offset = seg.last_batch_end(pos, min(seg.size, pos + max_bytes), h)
+                    end, next_offset = seg.last_batch_end(pos, min(limit, pos + max_bytes), h)
                     length = end - pos
                 if length <= 0:
-                    return ReadResult(b"", leo, self.log_start_offset)
+                    return ReadResult(b"", hw, self.log_start_offset)
                 if 0 < region_above <= length:
-                    return ReadResult(b"", leo, self.log_start_offset, next_offset,
+                    return ReadResult(b"", hw, self.log_start_offset, next_offset,
                                       FileRegion(seg.path, pos, length))
-                return ReadResult(seg.pread(pos, length), leo, self.log_start_offset, next_offset)
+                return ReadResult(seg.pread(pos, length), hw, self.log_start_offset, next_offset)
             i += 1  # offset falls in a gap left by compaction: serve the next segment
-        return ReadResult(b"", leo, self.log_start_offset)
+        return ReadResult(b"", hw, self.log_start_offset)
+
+    @staticmethod
+    def _position_below(seg: Segment, max_offset: int) -> int:
+        """End position of the last batch of ``seg`` ending at or below ``max_offset``."""
+        pos, h = seg.find_position(max_offset - 1)
+        if h is None:
+            return seg.size
+        return pos + h.size if h.next_offset <= max_offset else pos
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
@@ -500,6 +779,8 @@ class PartitionLog:
             by_size = retention_bytes >= 0 and total - seg.size >= retention_bytes
             if not (by_time or by_size):
                 break
+            if self._replicated and self._upper_bound(0) > self._hwm:
+                break  # as Kafka: never delete what is not below the high watermark
             if seg is self.active:
                 self.roll(now)
             total -= seg.size
@@ -519,7 +800,9 @@ class PartitionLog:
         if offset < 0 or offset > self.high_watermark:
             raise KafkaError(ErrorCode.offset_out_of_range,
                              f"offset {offset} is outside [0, {self.high_watermark}] (the high watermark)")
-        self.log_start_offset = max(self.log_start_offset, offset)
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._epochs.truncate_from_start(offset, durable=False)
         return self.log_start_offset
 
     def delete_segments_below_start(self) -> int:
@@ -530,6 +813,10 @@ class PartitionLog:
             deleted += 1
         return deleted
 
+    def _upper_bound(self, i: int) -> int:
+        """One past the last offset segment ``i`` may hold: the next segment's base, or the log end."""
+        return self.segments[i + 1].base_offset if i + 1 < len(self.segments) else self.log_end_offset
+
     @staticmethod
     def _expired(seg: Segment, now: int, retention_ms: int) -> bool:
         return retention_ms >= 0 and seg.max_timestamp >= 0 and now - seg.max_timestamp > retention_ms
@@ -538,7 +825,9 @@ class PartitionLog:
         seg = self.segments.pop(0)
         self._bases.pop(0)
         seg.delete_files()
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        if self.segments[0].base_offset > self.log_start_offset:
+            self.log_start_offset = self.segments[0].base_offset
+            self._epochs.truncate_from_start(self.log_start_offset, durable=False)
         log.info("%s-%d: deleted segment %d by retention; log start offset is now %d",
                  self.topic, self.partition, seg.base_offset, self.log_start_offset)
 
@@ -547,3 +836,107 @@ class PartitionLog:
         idx = self.segments.index(old[0])
         self.segments[idx : idx + len(old)] = new
         self._bases = [s.base_offset for s in self.segments]
+
+    # -- truncation (replication) ------------------------------------------------------------
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every record at or after ``offset`` (a follower's divergent tail, KIP-101/279):
+        the segment holding it is cut there (file, offset index, time index; a batch straddling
+        ``offset`` goes whole) and fsynced, later segments deleted; the leader epoch cache loses
+        its entries from the new log end on (written at once), the high watermark and the
+        recovery point are clamped to it, and the producer state is rebuilt from the log if a
+        removed batch carried a producer id. Below the first segment: ``truncate_fully_and_start_at``.
+        Returns False, changing nothing but epoch entries past the end, if ``offset`` >= the log
+        end offset. StorageError/PartitionOffline on a failing disk."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.topic}-{self.partition} to a negative offset ({offset})")
+        self.ensure_loaded()
+        if self.offline:
+            raise PartitionOffline(self.offline)
+        leo = self.log_end_offset
+        try:
+            if offset >= leo:
+                # an epoch assigned at become-leader with no batch written may still be there
+                self._epochs.truncate_from_end(leo)
+                return False
+            if self.segments[0].base_offset > offset:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            self._truncate(offset)
+        except PartitionOffline as e:
+            self.offline = e.message
+            raise
+        except OSError as e:
+            raise StorageError(f"truncating {self.topic}-{self.partition} to {offset} failed: {describe(e)}") from None
+        log.info("%s-%d: truncated to offset %d (log end offset was %d)", self.topic, self.partition,
+                 self.log_end_offset, leo)
+        return True
+
+    def _truncate(self, offset: int) -> None:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        removed = self.segments[i + 1 :]
+        dropped = self.segments[i].truncate_to_offset(offset)
+        producers = any(h.producer_id >= 0 for h in dropped)
+        for seg in removed:
+            producers = producers or any(h.producer_id >= 0 for h in seg.iter_headers())
+            seg.delete_files()
+        del self.segments[i + 1 :]
+        del self._bases[i + 1 :]
+        if removed:
+            _fsync_dir(self.dir)
+        self.truncations += 1
+        end = self.log_end_offset  # below ``offset`` if a batch straddled it
+        self._epochs.truncate_from_end(end)
+        self.log_start_offset = min(self.log_start_offset, end)
+        self.recovery_point = min(self.recovery_point, end)
+        self._hwm = min(self._hwm, end)
+        self.unflushed_messages = 0  # what is left was flushed: the cut segment was fsynced
+        # a snapshot past the new end describes removed batches; with producer batches removed,
+        # none describes this log any more
+        ProducerStateManager.delete_snapshots_above(self.dir, -1 if producers else end)
+        if producers:
+            self._rebuild_producer_state()
+            self._snapshot_at = None
+        elif self._snapshot_at is not None and self._snapshot_at > end:
+            self._snapshot_at = None
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset`` (a follower whose log ends
+        below the leader's log start offset, or whose first batch from the leader starts below
+        its own log start): log start offset, log end offset, recovery point and high watermark
+        all become ``offset``; the leader epoch cache and the producer state are emptied (the
+        epoch checkpoint written at once, snapshots deleted)."""
+        if offset < 0:
+            raise ValueError(f"cannot start {self.topic}-{self.partition} at a negative offset ({offset})")
+        self.ensure_loaded()
+        if self.offline:
+            raise PartitionOffline(self.offline)
+        try:
+            for seg in self.segments:
+                seg.delete_files()
+            self.segments = []
+            self._bases = []
+            seg = Segment(self.dir, offset, int(self.config["index.interval.bytes"]), self.clock(), size=0)
+            self.segments = [seg]
+            self._bases = [offset]
+            _fsync_dir(self.dir)
+            self.truncations += 1
+            self.log_start_offset = self.recovery_point = self._hwm = offset
+            self.unflushed_messages = 0
+            self.dirty_since_clean = 0
+            self.producer_state = ProducerStateManager()
+            ProducerStateManager.delete_snapshots_above(self.dir, -1)
+            self._snapshot_at = None
+            self._epochs.clear()
+        except OSError as e:
+            self.offline = (f"{self.topic}-{self.partition}: starting the log over at {offset} failed: "
+                            f"{describe(e)}")
+            raise PartitionOffline(self.offline) from None
+        log.info("%s-%d: emptied, now starting at offset %d", self.topic, self.partition, offset)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
