@@ -6,6 +6,7 @@ Files in ``log.dirs`` (Kafka's names):
 - ``<topic>-<partition>/``                  one directory per partition
 - ``recovery-point-offset-checkpoint``      offsets known to be fsynced, per partition
 - ``log-start-offset-checkpoint``           log start offsets, per partition
+- ``replication-offset-checkpoint``         high watermarks of replicated partitions (cluster only)
 - ``.kafka_cleanshutdown``                  written last at clean shutdown; skips recovery
 - ``.lock``                                 held while a broker uses the directory
 - ``<topic>-<partition>.<topic id>-delete/`` a partition being deleted (see ``delete_logs``)
@@ -13,6 +14,12 @@ Files in ``log.dirs`` (Kafka's names):
 After a clean shutdown nothing is read per partition at start-up: a partition's offsets come from
 the checkpoints and its files are opened on first use (``PartitionLog.open_lazily``). A clean
 shutdown flushes and snapshots only the partitions written since they were loaded.
+
+In a cluster a broker hosts only some partitions of a topic (``hosts_all_partitions`` False: only
+the partition directories present are opened at start-up; ``create_partition_log`` and
+``delete_partition_log`` add and remove one), and the replica manager makes each hosted log
+replicated (``make_replicated``), its high watermark read back from
+``replication-offset-checkpoint`` (``write_hwm_checkpoint``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import fcntl
 import logging
 import os
 import shutil
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +44,7 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 
 TopicPartition = tuple[str, int]
 DELETE_SUFFIX = "-delete"
@@ -78,7 +87,10 @@ class AppendNotifier:
 
 class LogManager:
     def __init__(self, data_dir: Path, defaults: dict[str, Any], registry: TopicRegistry,
-                 clock: Callable[[], int] = now_ms) -> None:
+                 clock: Callable[[], int] = now_ms, hosts_all_partitions: bool = True) -> None:
+        """``hosts_all_partitions``: every partition of every registered topic lives here (one
+        node; a missing directory is created at start-up). False in a cluster: only the partition
+        directories present are opened."""
         self.data_dir = data_dir
         self.defaults = defaults
         self.registry = registry
@@ -88,6 +100,10 @@ class LogManager:
         self.clean_start = False
         self._lock_fd: int | None = None
         self._tombstones: list[Path] = []  # deleted partitions' directories, registry not yet saved
+        self.hosts_all_partitions = hosts_all_partitions
+        # high watermarks read from replication-offset-checkpoint, for logs not yet made replicated
+        self.hwm_checkpoint: dict[TopicPartition, int] = {}
+        self._any_replicated = False
 
     # -- start / stop ------------------------------------------------------------------------
     def startup(self) -> None:
@@ -105,13 +121,18 @@ class LogManager:
             log.info("no clean-shutdown marker in %s: recovering unflushed segments", self.data_dir)
         recovery = read_checkpoint(self.data_dir / RECOVERY_CHECKPOINT)
         starts = read_checkpoint(self.data_dir / LOG_START_CHECKPOINT)  # DeleteRecords moves these
+        self.hwm_checkpoint = self._read_hwm_checkpoint()
         self.registry.load()
         keep = self._finish_deletions()
+        present = None if self.hosts_all_partitions else set(os.listdir(self.data_dir))
         known: set[str] = set()
         lazy = 0
         for topic in list(self.registry.by_name.values()):
             for p in range(topic.partitions):
-                known.add(partition_dir_name(topic.name, p))
+                name = partition_dir_name(topic.name, p)
+                if present is not None and name not in present:
+                    continue  # a partition of which this broker holds no replica
+                known.add(name)
                 tp = (topic.name, p)
                 if self.clean_start and tp in recovery and tp in starts:
                     plog = PartitionLog(self.data_dir / partition_dir_name(topic.name, p), topic.name, p,
@@ -121,9 +142,7 @@ class LogManager:
                     lazy += 1
                     continue
                 plog = self._open(topic, p, recovery.get(tp, 0))
-                start = starts.get(tp, 0)
-                if start > plog.log_start_offset:  # never beyond what recovery kept
-                    plog.log_start_offset = min(start, plog.log_end_offset)
+                plog.restore_log_start_offset(starts.get(tp, 0))  # never beyond what recovery kept
         if lazy:
             log.info("%d partitions will be loaded on first use", lazy)
         for child in self.data_dir.iterdir():
@@ -159,10 +178,10 @@ class LogManager:
             return set(self._tombstones)
         return set()
 
-    def _open(self, topic: Topic, partition: int, recovery_point: int) -> PartitionLog:
+    def _open(self, topic: Topic, partition: int, recovery_point: int, clean: bool | None = None) -> PartitionLog:
         directory = self.data_dir / partition_dir_name(topic.name, partition)
         plog = PartitionLog(directory, topic.name, partition, self.topic_config(topic), self.clock)
-        plog.open(self.clean_start, recovery_point)
+        plog.open(self.clean_start if clean is None else clean, recovery_point)
         if not (directory / "partition.metadata").exists():
             try:
                 write_partition_metadata(directory, topic.topic_id, durable=False)
@@ -207,6 +226,45 @@ class LogManager:
         except OSError as e:
             log.error("writing the offset checkpoints failed (%s); the previous ones stay", describe(e))
             return False
+        return self.write_hwm_checkpoint()
+
+    # -- high watermarks (replicated logs) ---------------------------------------------------
+    def _read_hwm_checkpoint(self) -> dict[TopicPartition, int]:
+        try:
+            return read_checkpoint(self.data_dir / REPLICATION_CHECKPOINT)
+        except (ValueError, OSError) as e:  # the leaders' high watermarks replace what is lost
+            log.error("cannot read %s (%s): high watermarks start at the log start offsets",
+                      REPLICATION_CHECKPOINT, e)
+            return {}
+
+    def make_replicated(self, plog: PartitionLog) -> None:
+        """The replica manager hosts ``plog`` as a replica: its high watermark is kept apart from
+        its log end offset from now on, starting from ``replication-offset-checkpoint`` (the log
+        start offset when the file has none for it). Idempotent."""
+        if plog.replicated:
+            return
+        plog.replicated = True
+        self._any_replicated = True
+        tp = (plog.topic, plog.partition)
+        plog.set_high_watermark_from_checkpoint(self.hwm_checkpoint.pop(tp, 0))
+
+    def write_hwm_checkpoint(self) -> bool:
+        """Write ``replication-offset-checkpoint`` (Kafka's OffsetCheckpointFile format) with the
+        high watermark of every replicated log, and the checkpointed value of hosted logs not made
+        replicated yet (the replica manager may not have reached them since start-up). Nothing is
+        written while no log was ever replicated (one node). False if the write failed (the
+        previous file stays, only older)."""
+        if not self._any_replicated and not self.hwm_checkpoint:
+            return True
+        entries = {tp: v for tp, v in self.hwm_checkpoint.items() if tp in self.logs}
+        for tp, plog in self.logs.items():
+            if plog.replicated:
+                entries[tp] = plog.high_watermark
+        try:
+            write_checkpoint(self.data_dir / REPLICATION_CHECKPOINT, entries)
+        except OSError as e:
+            log.error("writing %s failed (%s); the previous one stays", REPLICATION_CHECKPOINT, describe(e))
+            return False
         return True
 
     # -- topics ------------------------------------------------------------------------------
@@ -215,15 +273,17 @@ class LogManager:
         cfg.update(topic.configs)
         return cfg
 
-    def build_logs(self, topic: Topic, first_partition: int = 0) -> list[PartitionLog]:
-        """Create the files of new partitions ``first_partition..`` (directory, empty first
-        segment, ``partition.metadata``) and their in-memory logs, not yet registered (``register``).
-        Thread-safe: touches nothing shared, so many partitions are built in a worker thread.
-        On failure the directories made so far are removed and StorageError raised."""
+    def build_logs(self, topic: Topic, first_partition: int = 0,
+                   partitions: Iterable[int] | None = None) -> list[PartitionLog]:
+        """Create the files of new partitions ``first_partition..`` (or of ``partitions``):
+        directory, empty first segment, ``partition.metadata``; and their in-memory logs, not yet
+        registered (``register``). Thread-safe: touches nothing shared, so many partitions are
+        built in a worker thread. On failure the directories made so far are removed and
+        StorageError raised."""
         cfg = self.topic_config(topic)
         made: list[PartitionLog] = []
         try:
-            for p in range(first_partition, topic.partitions):
+            for p in range(first_partition, topic.partitions) if partitions is None else partitions:
                 plog = PartitionLog(self.data_dir / partition_dir_name(topic.name, p), topic.name, p, cfg, self.clock)
                 made.append(plog)
                 plog.create_files()
@@ -254,6 +314,45 @@ class LogManager:
     def create_logs(self, topic: Topic, first_partition: int = 0) -> None:
         self.register(self.build_logs(topic, first_partition))
 
+    def create_partition_log(self, topic: Topic, partition: int) -> PartitionLog:
+        """The log of one partition of ``topic`` (a broker of a cluster hosts only some): the
+        registered one if there is one, else the directory's if present (recovered as after a
+        crash: no checkpoint covers it), else a new one (``build_logs`` + ``register``).
+        StorageError if it cannot be created."""
+        tp = (topic.name, partition)
+        plog = self.logs.get(tp)
+        if plog is not None:
+            return plog
+        if (self.data_dir / partition_dir_name(topic.name, partition)).is_dir():
+            try:
+                return self._open(topic, partition, 0, clean=False)
+            except OSError as e:
+                raise StorageError(f"cannot open {topic.name}-{partition}: {describe(e)}") from None
+        (plog,) = self.build_logs(topic, partitions=[partition])
+        self.register([plog])
+        return plog
+
+    def delete_partition_log(self, topic: str, partition: int) -> None:
+        """Remove one partition's log (this broker no longer holds a replica of it): dropped and
+        closed, its directory renamed to ``<topic>-<p>.<random>-delete`` then removed (in a worker
+        thread when an event loop runs; a leftover is removed at the next start-up). The topic
+        stays registered: the suffix is not the topic's id, so a leftover is never taken for an
+        interrupted topic deletion."""
+        tp = (topic, partition)
+        plog = self.logs.pop(tp, None)
+        if plog is not None:
+            plog.close_files()
+            self.notifier.notify(tp)
+        self.hwm_checkpoint.pop(tp, None)
+        renamed = self._rename_for_deletion([self.data_dir / partition_dir_name(topic, partition)],
+                                            uuid.uuid4().hex)
+        if not renamed:
+            return
+        try:
+            asyncio.get_running_loop().run_in_executor(None, _remove_dirs, renamed)
+        except RuntimeError:  # no event loop: remove now
+            _remove_dirs(renamed)
+
     def delete_logs(self, topic: Topic) -> list[Path]:
         """First step of deleting a topic the registry already forgot (in memory): drop and close
         its partitions (no file access). Returns their directories for ``purge``."""
@@ -272,9 +371,17 @@ class LogManager:
         it runs in a worker thread. If the broker stops before the registry is saved, the next
         start sees ``-delete`` directories carrying the topic's id and finishes the deletion,
         whatever step it stopped at. Returns the renamed directories."""
+        tombstones = self._rename_for_deletion(dirs, topic.topic_id.hex)
+        if empty:
+            _empty_dirs(tombstones)
+        return tombstones
+
+    def _rename_for_deletion(self, dirs: list[Path], tag: str) -> list[Path]:
+        """Rename each directory to ``<name>.<tag>-delete`` (removed in place if it cannot be
+        renamed), fsync the data directory; returns the renamed ones."""
         tombstones = []
         for src in dirs:
-            dst = self.data_dir / f"{src.name}.{topic.topic_id.hex}{DELETE_SUFFIX}"
+            dst = self.data_dir / f"{src.name}.{tag}{DELETE_SUFFIX}"
             try:
                 os.rename(src, dst)
                 tombstones.append(dst)
@@ -284,8 +391,6 @@ class LogManager:
                 log.error("cannot rename %s for deletion (%s): removing it in place", src, describe(e))
                 shutil.rmtree(src, ignore_errors=True)
         _fsync_dir(self.data_dir, quiet=True)
-        if empty:
-            _empty_dirs(tombstones)
         return tombstones
 
     async def purge(self, topic: Topic, dirs: list[Path]) -> None:
