@@ -8,11 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 from gregor.apis.services import Services
 from gregor.cluster.credentials import ScramCredentials
 from gregor.cluster.dynamic_configs import DynamicConfigs
-from gregor.cluster.meta_properties import load_cluster_id
+from gregor.cluster.meta_properties import load_cluster_id, store_cluster_id, stored_cluster_id
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.cluster.producer_ids import ProducerIdManager
 from gregor.cluster.topic_admin import TopicAdmin
@@ -27,6 +28,11 @@ from gregor.metrics.registry import BrokerMetrics
 from gregor.metrics.telemetry import TelemetryWriter
 from gregor.server.listener import Listener
 
+if TYPE_CHECKING:
+    from gregor.cluster.replica_manager import ReplicaManager
+    from gregor.cluster.zk.client import ZkClient
+    from gregor.cluster.zk_broker import BrokerRegistrar
+
 log = logging.getLogger(__name__)
 
 
@@ -38,23 +44,53 @@ class Broker:
         FD_CACHE.capacity = config["log.segment.open.files.max"]
         registry = TopicRegistry(self.data_dir)
         self.logs = LogManager(self.data_dir, config.topic_defaults(), registry)
-        self.topics = TopicAdmin(config, registry, self.logs)
-        self.cluster = ClusterMetadata(self.node_id)
+        # a cluster when zookeeper.connect is set, else the single-node default
+        self.zk: ZkClient | None = None
+        self.replicas: ReplicaManager | None = None
+        self.registrar: BrokerRegistrar | None = None
+        self.topics: TopicAdmin
+        self.cluster: ClusterMetadata
+        if config["zookeeper.connect"]:
+            # the cluster's parts (and kazoo) are imported only in a cluster
+            from gregor.cluster.controller import Controller
+            from gregor.cluster.replica_manager import ReplicaManager
+            from gregor.cluster.zk.client import ZkClient
+            from gregor.cluster.zk_metadata import ZkClusterMetadata
+            from gregor.cluster.zk_topic_admin import ZkTopicAdmin
+
+            self.zk = ZkClient(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
+                               config["zookeeper.connection.timeout.ms"])
+            zk_cluster = ZkClusterMetadata(self.zk, self.node_id, config["broker.rack"])
+            self.cluster = zk_cluster
+            self.topics = zk_topics = ZkTopicAdmin(config, registry, self.logs, self.zk, zk_cluster)
+            self.replicas = ReplicaManager(config, self.node_id, self.zk, zk_cluster, self.logs, registry)
+            zk_cluster.on_topic.append(zk_topics.mirror)  # before the replica manager hears of partitions
+            zk_cluster.on_topic_deleted.append(zk_topics.mirror_deleted)
+            self.controller = Controller(self.zk, self.node_id, config)
+        else:
+            self.cluster = ClusterMetadata(self.node_id)
+            self.topics = TopicAdmin(config, registry, self.logs)
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.dynamic_configs = DynamicConfigs(config, self.node_id, self.logs, registry)
         self.groups = GroupCoordinatorService(config, registry, self.logs, self.topics.create_topic)
         self.topics.on_deleted.append(self.groups.on_topic_deleted)
+        if self.replicas is not None:
+            self.groups.attach_replication(self.replicas.append_internal)
+            self.replicas.on_leadership.append(self.groups.on_leadership)
+            self.replicas.on_high_watermark.append(self.groups.on_high_watermark)
         self.listener: Listener | None = None
         # metrics off (no endpoint and no telemetry): nothing is counted on the hot paths
         metrics_on = bool(config["metrics.listener"]) or config["telemetry.interval.ms"] > 0
         self.metrics = BrokerMetrics(self.groups, self.logs, self._connection_count) if metrics_on else None
         self.telemetry = (TelemetryWriter(self.node_id, self.topics, self.logs, self.metrics,
                                           config["telemetry.topic.num.partitions"])
-                          if self.metrics is not None and config["telemetry.interval.ms"] > 0 else None)
+                          if self.metrics is not None and config["telemetry.interval.ms"] > 0 and self.zk is None
+                          else None)  # in a cluster: telemetry follows the group coordinator (next step)
         self.services = Services(config=config, cluster=self.cluster, logs=self.logs, topics=self.topics,
                                  groups=self.groups, producer_ids=self.producer_ids,
                                  dynamic_configs=self.dynamic_configs,
-                                 credentials=ScramCredentials(self.data_dir), metrics=self.metrics)
+                                 credentials=ScramCredentials(self.data_dir), metrics=self.metrics,
+                                 replicas=self.replicas)
         self.metrics_server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -66,18 +102,21 @@ class Broker:
         self.dynamic_configs.load()  # before the logs: dynamic broker configs are topic defaults
         self.logs.startup()
         self.producer_ids.load()
-        self.cluster.cluster_id = load_cluster_id(self.data_dir, self.node_id, self.config["cluster.id"])
+        if self.zk is None:  # in a cluster the id comes from ZooKeeper (_join_cluster)
+            self.cluster.cluster_id = load_cluster_id(self.data_dir, self.node_id, self.config["cluster.id"])
 
     async def start(self) -> None:
         self.open_storage()
         await self.groups.start()
-        if self.telemetry is not None:
+        if self.telemetry is not None and self.zk is None:
             self.telemetry.ensure_topic()
         host, port = self.config.listener()
         self.listener = Listener(self.config, self.services)
         bound = await self.listener.start(host, port)
         adv_host, adv_port = self.config.advertised()
         self.cluster.set_endpoint(adv_host, adv_port or bound)
+        if self.zk is not None:
+            await self._join_cluster(adv_host, adv_port or bound)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(run_housekeeping(self.config, self.logs, self.metrics, self.telemetry)))
         if self.metrics is not None and self.config["metrics.listener"]:
@@ -86,6 +125,54 @@ class Broker:
         log.info("Gregor broker %d (cluster %s) listening on %s:%d, data in %s", self.node_id,
                  self.cluster.cluster_id, host, bound, self.data_dir)
 
+    async def _join_cluster(self, host: str, port: int) -> None:
+        """Kafka's start-up order: ZooKeeper session, cluster id, the cluster's topics mirrored
+        and the replicas' roles taken, then this broker registered (clients and the controller
+        may use it from then on), then the controller election."""
+        from gregor.cluster.zk import znodes
+        from gregor.cluster.zk_broker import BrokerRegistrar
+        from gregor.cluster.zk_metadata import ZkClusterMetadata
+        from gregor.cluster.zk_topic_admin import ZkTopicAdmin
+
+        assert self.zk is not None and self.replicas is not None
+        assert isinstance(self.cluster, ZkClusterMetadata) and isinstance(self.topics, ZkTopicAdmin)
+        await self.zk.start()
+        self.replicas.start()
+        await self.cluster.start()
+        self.topics.forget_topics_not_in(set(self.cluster.assignments))
+        stored = stored_cluster_id(self.data_dir, self.node_id)
+        self.registrar = BrokerRegistrar(self.zk, znodes.BrokerRegistration(self.node_id, host, port,
+                                                                            self.config["broker.rack"]))
+        self.cluster.cluster_id = await self.registrar.start(stored)
+        if stored is None:
+            store_cluster_id(self.data_dir, self.node_id, self.cluster.cluster_id)
+        await self.controller.start()
+        log.info("broker %d joined the cluster at %s (controller: %d)", self.node_id, self.zk.connect,
+                 self.cluster.controller_id)
+
+    async def _leave_cluster(self) -> None:
+        assert self.zk is not None and self.replicas is not None
+        from gregor.cluster.controller.shutdown_client import request_controlled_shutdown
+
+        if self.config["controlled.shutdown.enable"]:
+            try:
+                epoch = self.registrar.broker_epoch if self.registrar is not None else -1
+                moved = await request_controlled_shutdown(self.zk, self.node_id, epoch,
+                                                          self.config, self.controller)
+                if not moved:
+                    log.warning("controlled shutdown could not move every leadership away; stopping anyway")
+            except Exception:
+                log.exception("controlled shutdown failed; stopping anyway")
+        await self.controller.stop()
+        if self.registrar is not None:
+            await self.registrar.stop()
+        await self.replicas.stop()
+        from gregor.cluster.zk_metadata import ZkClusterMetadata
+
+        if isinstance(self.cluster, ZkClusterMetadata):
+            await self.cluster.stop()
+        await self.zk.stop()
+
     @property
     def bound_port(self) -> int:
         assert self.listener is not None
@@ -93,6 +180,8 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded), flush, close the logs."""
+        if self.zk is not None:
+            await self._leave_cluster()
         if self.listener is not None:
             self.listener.stop_accepting()
         if self.metrics_server is not None:

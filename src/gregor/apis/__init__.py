@@ -25,6 +25,7 @@ from gregor.apis import (  # noqa: F401 - imported for their registrations
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     scram_credentials,
     sync_group,

@@ -10,6 +10,12 @@ A partition's records of ``REGION_BYTES`` or more are not read here: they travel
 that the connection reads in chunks as the socket drains, so a large response does not sit in
 memory (see docs/architecture.md).
 
+In a cluster (``ctx.replicas``), a follower's fetch (``replica_id`` >= 0) goes to the leader,
+tells it the follower's log end (the fetch offset) and reads up to the log end; a consumer reads up
+to the high watermark, from the leader or (Fetch v11+, KIP-392) from any replica hosted here.
+``current_leader_epoch`` (KIP-320) older than the replica's is FENCED_LEADER_EPOCH, newer is
+UNKNOWN_LEADER_EPOCH.
+
 Fetch sessions (KIP-227) are declined the way a Kafka broker with a full session cache declines
 them: every response carries session id 0, so clients keep sending full fetch requests.
 """
@@ -41,6 +47,8 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
         return _top_error(ErrorCode.invalid_fetch_session_epoch)
 
     wanted = _resolve(ctx, req, by_id=ctx.version >= 13)
+    if ctx.replicas is not None:
+        wanted = _check_replicas(ctx, req, wanted)
     max_wait = req.max_wait.total_seconds()
     # Kafka: the response limit is the smaller of the request's and fetch.max.bytes, and min_bytes
     # never exceeds it
@@ -76,8 +84,36 @@ def _top_error(code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "session_id": INVALID_SESSION_ID, "responses": []}
 
 
-# (topic name or None if unknown, partition, fetch offset, partition max bytes, topic key, error)
-Wanted = tuple[str | None, int, int, int, Any, ErrorCode]
+# (topic name or None if unknown, partition, fetch offset, partition max bytes, topic key, error,
+# read up to the high watermark (consumers in a cluster) rather than the log end)
+Wanted = tuple[str | None, int, int, int, Any, ErrorCode, bool]
+
+
+def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> list[Wanted]:
+    """Leadership and leader epochs of every partition, once per request (not per long-poll
+    round); a follower's fetch offset is its log end, which moves the leader's high watermark."""
+    replicas = ctx.replicas
+    assert replicas is not None
+    state = getattr(req, "replica_state", None)
+    replica_id = state.replica_id if state is not None and ctx.version >= 15 else getattr(req, "replica_id", -1)
+    epochs = {(ft.topic if ctx.version < 13 else ft.topic_id, fp.partition): getattr(fp, "current_leader_epoch", -1)
+              for ft in req.topics for fp in ft.partitions}
+    out: list[Wanted] = []
+    for name, partition, offset, pmax, key, err, _ in wanted:
+        if name is not None and not err:
+            epoch = epochs.get((key, partition), -1)
+            try:
+                if replica_id >= 0:
+                    part = replicas.leader_partition(name, partition, epoch)
+                    replicas.follower_fetched(part, replica_id, offset)
+                elif ctx.version >= 11:
+                    replicas.local_partition(name, partition, epoch)
+                else:
+                    replicas.leader_partition(name, partition, epoch)
+            except KafkaError as e:
+                err = e.code
+        out.append((name, partition, offset, pmax, key, err, replica_id < 0))
+    return out
 
 
 def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
@@ -94,10 +130,10 @@ def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
             missing = ErrorCode.unknown_topic_or_partition
         for fp in ft.partitions:
             if topic is None:
-                out.append((None, fp.partition, fp.fetch_offset, fp.partition_max_bytes, key, missing))
+                out.append((None, fp.partition, fp.fetch_offset, fp.partition_max_bytes, key, missing, False))
             else:
                 out.append((topic.name, fp.partition, fp.fetch_offset, fp.partition_max_bytes, key,
-                            ErrorCode.none))
+                            ErrorCode.none, False))
     return out
 
 
@@ -113,14 +149,15 @@ def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted]
     any_error = False
     first_with_data = True
     grouped: dict[Any, TopicData[FileRegion]] = {}
-    for name, partition, offset, pmax, key, err in wanted:
+    for name, partition, offset, pmax, key, err, upto_hwm in wanted:
         entry: PartitionData[FileRegion] = PartitionData(partition, err)
-        plog = logs.get(name, partition) if name is not None else None
-        if name is not None and plog is None:
+        plog = logs.get(name, partition) if name is not None and not err else None
+        if name is not None and plog is None and not err:
             entry.error_code = ErrorCode.unknown_topic_or_partition
         if plog is not None:
             try:
-                res = plog.read(offset, min(pmax, budget), min_one_batch=first_with_data, region_above=REGION_BYTES)
+                res = plog.read(offset, min(pmax, budget), min_one_batch=first_with_data, region_above=REGION_BYTES,
+                                max_offset=plog.high_watermark if upto_hwm else None)
                 entry.records = res.region if res.region is not None else res.records
                 entry.high_watermark = entry.last_stable_offset = res.high_watermark
                 entry.log_start_offset = res.log_start_offset

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gregor.cluster.dynamic_configs import DynamicConfigs
     from gregor.cluster.metadata import ClusterMetadata
     from gregor.cluster.producer_ids import ProducerIdManager
+    from gregor.cluster.replica_manager import ReplicaManager
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
@@ -81,6 +82,11 @@ class RequestContext:
     def metrics(self) -> BrokerMetrics | None:
         """None when metrics are off: nothing is counted on the hot paths."""
         return self.services.metrics
+
+    @property
+    def replicas(self) -> ReplicaManager | None:
+        """In a cluster, the replica manager (leadership, replication); None on one node."""
+        return self.services.replicas
 
 
 # A handler returns the response as a dict (built into the version's schema by the server), as

@@ -1,5 +1,9 @@
 """ListOffsets (2): earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), or the
-first offset whose timestamp is at or after a given time."""
+first offset whose timestamp is at or after a given time.
+
+In a cluster only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, leader epochs checked as
+KIP-320 says); latest is the high watermark for clients and the log end for a follower
+(``replica_id`` >= 0), and the answer carries the leader epoch."""
 
 from __future__ import annotations
 
@@ -22,6 +26,14 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                                      "timestamp": -1, "offset": -1, "leader_epoch": 0}
             try:
+                if ctx.replicas is not None:
+                    part = ctx.replicas.leader_partition(t.name, p.partition_index,
+                                                         getattr(p, "current_leader_epoch", -1))
+                    entry["leader_epoch"] = part.leader_epoch
+                    if p.timestamp == LATEST and getattr(req, "replica_id", -1) >= 0:
+                        entry["offset"] = part.log.log_end_offset
+                        parts.append(entry)
+                        continue
                 _lookup(ctx, t.name, p.partition_index, p.timestamp, entry)
             except KafkaError as e:  # an offline partition (KAFKA_STORAGE_ERROR), a corrupt batch
                 entry["error_code"] = e.code

@@ -40,7 +40,8 @@ def topic_entry(topic: Topic, cluster: ClusterMetadata, authorized_operations: i
         "partitions": [
             {"error_code": ErrorCode.none, "partition_index": p, "leader_id": lp.leader,
              "leader_epoch": lp.leader_epoch, "replica_nodes": lp.replicas, "isr_nodes": lp.isr,
-             "offline_replicas": []}
+             "offline_replicas": lp.offline_replicas,
+             **({"error_code": ErrorCode.leader_not_available} if lp.leader < 0 else {})}
             for p in range(topic.partitions) for lp in (cluster.partition(topic.name, p),)
         ],
         "topic_authorized_operations": authorized_operations,

@@ -2,10 +2,15 @@
 
 acks=0 gets no response; acks=1 and acks=-1 (all) are answered once the write returned, which on
 one node is the same point (see docs/operations.md for what that survives under the flush policy).
+
+In a cluster only the partition's leader appends (NOT_LEADER_OR_FOLLOWER elsewhere); acks=-1 is
+refused with NOT_ENOUGH_REPLICAS when the ISR is smaller than min.insync.replicas and otherwise
+answered once the high watermark covers the batch, within the request's timeout (replica_manager.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gregor.apis.handler import CloseConnection, RequestContext, handles
@@ -16,6 +21,8 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 @handles(ApiKey.PRODUCE, 3, 11)
 async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = req.acks
+    replicas = ctx.replicas
+    waits: list[tuple[dict[str, Any], Any]] = []  # (partition response, awaitable of its error)
     notify = ctx.logs.notifier.notify
     responses = []
     for td in req.topic_data:
@@ -33,13 +40,19 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                 if topic.internal:
                     raise KafkaError(ErrorCode.invalid_topic_exception,
                                      f"clients may not produce to internal topic '{name}'")
-                plog = ctx.logs.get(name, pd.index)
-                if plog is None:
+                plog = ctx.logs.get(name, pd.index) if replicas is None else None
+                if (plog is None if replicas is None else not 0 <= pd.index < topic.partitions):
                     raise KafkaError(ErrorCode.unknown_topic_or_partition,
                                      f"partition {name}-{pd.index} does not exist")
                 if not pd.records:
                     raise KafkaError(ErrorCode.corrupt_message, "produce request without records")
-                res = plog.append(pd.records)
+                if plog is not None:
+                    res = plog.append(pd.records)
+                else:
+                    assert replicas is not None
+                    part, res, required = replicas.append(name, pd.index, pd.records, acks)
+                    if acks == -1:
+                        waits.append((p, replicas.wait_replicated(part, required, req.timeout.total_seconds())))
                 notify((name, pd.index))
                 p["base_offset"] = res.base_offset
                 p["log_append_time"] = res.log_append_time
@@ -56,9 +69,22 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                                           for i, m in record_errors]
             parts.append(p)
         responses.append({"name": name, "partition_responses": parts})
+    if waits:
+        codes = await asyncio.gather(*(w for _, w in waits))
+        for (p, _), code in zip(waits, codes, strict=True):
+            if code:
+                p["error_code"] = code
+                p["error_message"] = _REPLICATION_ERRORS.get(code)
     if acks == 0:
         if any(p["error_code"] for r in responses for p in r["partition_responses"]):
             # Kafka closes the connection so that a fire-and-forget producer notices the failure.
             raise CloseConnection
         return None
     return {"responses": responses, "throttle_time": 0}
+
+
+_REPLICATION_ERRORS = {
+    ErrorCode.not_enough_replicas_after_append: "written, but the ISR shrank below min.insync.replicas",
+    ErrorCode.request_timed_out: "the in-sync replicas did not all confirm the write within the request's timeout",
+    ErrorCode.not_leader_or_follower: "leadership moved before the in-sync replicas confirmed the write",
+}

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from gregor.cluster.dynamic_configs import DynamicConfigs
     from gregor.cluster.metadata import ClusterMetadata
     from gregor.cluster.producer_ids import ProducerIdManager
+    from gregor.cluster.replica_manager import ReplicaManager
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
@@ -30,3 +31,4 @@ class Services:
     dynamic_configs: DynamicConfigs  # configs altered at run time (broker, group)
     credentials: ScramCredentials  # SCRAM credentials (DescribeUserScramCredentials, Alter...)
     metrics: BrokerMetrics | None  # None when metrics are off
+    replicas: ReplicaManager | None = None  # in a cluster: leadership, replication, acks=all (None: one node)

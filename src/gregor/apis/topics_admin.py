@@ -31,24 +31,33 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if t.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, f"topic '{t.name}' appears twice in the request")
             seen.add(t.name)
+            clustered = ctx.cluster.clustered
+            assignments: dict[int, list[int]] | None = None
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
                     raise KafkaError(ErrorCode.invalid_request,
                                      "give either replica assignments or partitions and replication factor")
-                if any(list(a.broker_ids) != [ctx.cluster.node_id] for a in t.assignments):
+                if not clustered and any(list(a.broker_ids) != [ctx.cluster.node_id] for a in t.assignments):
                     raise KafkaError(ErrorCode.invalid_replica_assignment,
                                      f"this cluster has one broker ({ctx.cluster.node_id})")
+                assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
                 partitions = len(t.assignments)
             else:
                 partitions = t.num_partitions
-            if t.replication_factor not in (-1, 1):
+            if not clustered and t.replication_factor not in (-1, 1):
                 raise KafkaError(ErrorCode.invalid_replication_factor,
                                  f"replication factor {t.replication_factor} is larger than the 1 available broker")
             configs = {c.name: c.value for c in t.configs}
             budget.take(partitions if partitions != -1 else ctx.config["num.partitions"])
-            topic = await ctx.topics.create_topic_async(t.name, partitions, configs, validate_only=req.validate_only)
+            topic = await ctx.topics.create_topic_async(
+                t.name, partitions, configs, validate_only=req.validate_only,
+                replication_factor=t.replication_factor, assignments=assignments,
+                timeout_s=max(req.timeout.total_seconds(), 0))
+            rf = (1 if not clustered else len(next(iter(assignments.values()))) if assignments
+                  else t.replication_factor if t.replication_factor != -1
+                  else ctx.config["default.replication.factor"])
             res["num_partitions"] = partitions if partitions != -1 else ctx.config["num.partitions"]
-            res["replication_factor"] = 1
+            res["replication_factor"] = rf
             if topic is not None:
                 res["topic_id"] = topic.topic_id
                 res["configs"] = [
@@ -95,7 +104,7 @@ async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         try:
-            if t.assignments is not None and any(
+            if not ctx.cluster.clustered and t.assignments is not None and any(
                 list(a.broker_ids) != [ctx.cluster.node_id] for a in t.assignments
             ):
                 raise KafkaError(ErrorCode.invalid_replica_assignment,

@@ -2,14 +2,14 @@
 controller, and who leads each partition.
 
 On one node the answer is always "this broker": it is the only broker, the controller, and the
-leader of every partition, with itself as the only replica. The ZooKeeper-backed cluster replaces
-these answers, not their callers (Metadata, DescribeCluster, DescribeTopicPartitions, CreateTopics
-ask here).
+leader of every partition, with itself as the only replica. In a ZooKeeper cluster,
+``ZkClusterMetadata`` (cluster/zk_metadata.py) gives the cluster's answers to the same questions,
+for the same callers (Metadata, DescribeCluster, DescribeTopicPartitions, CreateTopics).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,7 @@ class PartitionLeadership:
     leader_epoch: int
     replicas: list[int]
     isr: list[int]
+    offline_replicas: list[int] = field(default_factory=list)  # replicas on brokers that are not alive
 
 
 class ClusterMetadata:
@@ -50,6 +51,15 @@ class ClusterMetadata:
     def brokers(self) -> list[BrokerEndpoint]:
         """The live brokers, by node id."""
         return [self.this_broker()]
+
+    @property
+    def clustered(self) -> bool:
+        """Whether this broker is one of a cluster (False: the single-node default)."""
+        return False
+
+    def broker(self, node_id: int) -> BrokerEndpoint | None:
+        """A live broker's endpoint."""
+        return self.this_broker() if node_id == self.node_id else None
 
     def partition(self, topic: str, partition: int) -> PartitionLeadership:
         """Leader, leader epoch, replicas and ISR of a partition."""

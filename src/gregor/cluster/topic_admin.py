@@ -68,9 +68,13 @@ class TopicAdmin:
         return topic
 
     async def create_topic_async(self, name: str, partitions: int, configs: dict[str, str | None],
-                                 validate_only: bool = False) -> Topic | None:
+                                 validate_only: bool = False, replication_factor: int = -1,
+                                 assignments: dict[int, list[int]] | None = None,
+                                 timeout_s: float = 30.0) -> Topic | None:
         """CreateTopics: the partitions' files are made in a worker thread, so that the event loop
-        keeps serving other requests; answered once they exist and the registry is saved."""
+        keeps serving other requests; answered once they exist and the registry is saved. (The
+        replication factor and assignments, checked by the handler, are one broker's here;
+        ``ZkTopicAdmin`` uses them.)"""
         partitions, parsed = self._check_new_topic(name, partitions, configs)
         if validate_only:
             return None

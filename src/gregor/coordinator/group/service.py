@@ -93,6 +93,8 @@ class GroupCoordinatorService:
         self.num_partitions = config["offsets.topic.num.partitions"]
         self._watchdog: asyncio.Task[None] | None = None
         self._membership_version = 0
+        # in a cluster: shards follow leadership of their partitions (attach_replication)
+        self._append_internal: Callable[[str, int, bytes], int] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def ensure_topic(self) -> None:
@@ -104,27 +106,55 @@ class GroupCoordinatorService:
                 "segment.bytes": str(self.broker_config["offsets.topic.segment.bytes"]),
             }, internal=True)
             topic = self.topics.get(OFFSETS_TOPIC)
-        assert topic is not None
+            if topic is None:  # in a cluster the topic is created asynchronously
+                return
         if topic.partitions != wanted:
             log.warning("%s has %d partitions but offsets.topic.num.partitions=%d; the topic's count is used, "
                         "as changing it would move every group", OFFSETS_TOPIC, topic.partitions, wanted)
         self.num_partitions = topic.partitions
 
     async def start(self) -> None:
-        self.ensure_topic()
-        for p in range(self.num_partitions):
-            self.load(p)
+        if self._append_internal is None:  # one node: coordinator of every partition
+            self.ensure_topic()
+            for p in range(self.num_partitions):
+                self.load(p)
         self._watchdog = asyncio.get_running_loop().create_task(self._reload_failed())
+
+    def attach_replication(self, append_internal: Callable[[str, int, bytes], int]) -> None:
+        """In a cluster: a shard is loaded when this broker becomes leader of its partition and
+        unloaded when it stops being leader (``on_leadership``); its writes are appended by the
+        leader (``append_internal``) and answered when the high watermark covers them
+        (``on_high_watermark``)."""
+        self._append_internal = append_internal
+
+    def on_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool) -> None:
+        if topic != OFFSETS_TOPIC:
+            return
+        t = self.topics.get(OFFSETS_TOPIC)
+        if t is not None:
+            self.num_partitions = t.partitions
+        self.unload(partition)
+        if is_leader:
+            self.load(partition)
+
+    def on_high_watermark(self, topic: str, partition: int, offset: int) -> None:
+        if topic == OFFSETS_TOPIC:
+            runtime = self.runtimes.get(partition)
+            if runtime is not None:
+                runtime.on_high_watermark(offset)
 
     def load(self, partition: int) -> ShardRuntime[GroupCoordinatorShard]:
         """Become coordinator of one partition (on one node: of all of them)."""
         plog = self.logs.get(OFFSETS_TOPIC, partition)
         assert plog is not None
         notify = self.logs.notifier.notify
+        append_internal = self._append_internal
         runtime = ShardRuntime(partition, plog, self._make_shard, RECORD_SERDE,
                                codec=self.broker_config["offsets.topic.compression.codec"],
                                on_append=lambda: notify((OFFSETS_TOPIC, partition)),
-                               label="offsets and group metadata")
+                               label="offsets and group metadata",
+                               append=(None if append_internal is None
+                                       else lambda batch: append_internal(OFFSETS_TOPIC, partition, batch)))
         self.runtimes[partition] = runtime
         runtime.start_loading()
         return runtime

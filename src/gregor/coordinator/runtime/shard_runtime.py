@@ -67,11 +67,13 @@ class ShardRuntime(Generic[S]):
     """``make_shard(partition, timer)`` builds the shard for each load; ``serde`` writes and reads
     its records. ``label`` names what is loaded, for the log ("offsets and group metadata").
     ``on_append`` is called after every append (the broker wakes fetches waiting on the
-    partition). ``committed_offset`` reads the partition's high watermark."""
+    partition). ``committed_offset`` reads the partition's high watermark. ``append`` appends a
+    batch and returns its base offset (default: the log's own append; in a cluster, the leader's)."""
 
     def __init__(self, partition: int, plog: PartitionLog, make_shard: Callable[[int, Timer], S],
                  serde: RecordSerde, codec: int = 0, on_append: Callable[[], None] = lambda: None,
-                 label: str = "records", committed_offset: Callable[[], int] | None = None) -> None:
+                 label: str = "records", committed_offset: Callable[[], int] | None = None,
+                 append: Callable[[bytes], int] | None = None) -> None:
         self.partition = partition
         self.plog = plog
         self.name = f"{plog.topic}-{partition}"
@@ -81,6 +83,8 @@ class ShardRuntime(Generic[S]):
         self.on_append = on_append
         self.label = label
         self._committed_offset = committed_offset
+        # in a cluster the replica manager appends, as leader, with its leader epoch
+        self._append_batch = append
         self.state = ShardState.CLOSED
         self.timer: EventLoopTimer | None = None
         self.shard: S | None = None
@@ -211,7 +215,8 @@ class ShardRuntime(Generic[S]):
         """Append ``records`` as one batch; returns the offset the batch ends at."""
         encode_key, encode_value = self.serde.encode_key, self.serde.encode_value
         pairs = [(encode_key(k), encode_value(v)) for k, v in records]
-        base = self.plog.append_batch_unchecked(build_batch(pairs, timestamp=time.time_ns() // 1_000_000,
+        append = self._append_batch or self.plog.append_batch_unchecked
+        base = append(build_batch(pairs, timestamp=time.time_ns() // 1_000_000,
                                                             codec=self.codec))
         self.on_append()
         return base + len(pairs)

@@ -1,0 +1,47 @@
+"""OffsetForLeaderEpoch (23): where a leader epoch ends in this replica's log (KIP-101, KIP-279).
+
+A follower asks it before fetching from a new leader, to find where its log diverges; a consumer
+asks it after a leader change to detect a truncation below its position (KIP-320). The answer for
+a requested epoch is the largest epoch at or below it that this log knows and the start offset of
+the next higher epoch (the log end for the latest epoch); an epoch older than any known is
+UNDEFINED (-1, -1). Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere);
+``current_leader_epoch`` is checked as for Fetch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.apis.handler import RequestContext, handles
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
+async def offset_for_leader_epoch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition": p.partition, "error_code": ErrorCode.none,
+                                     "leader_epoch": -1, "end_offset": -1}
+            try:
+                if ctx.replicas is not None:
+                    plog = ctx.replicas.leader_partition(t.topic, p.partition,
+                                                         getattr(p, "current_leader_epoch", -1)).log
+                else:
+                    found = ctx.logs.get(t.topic, p.partition)
+                    if found is None:
+                        raise KafkaError(ErrorCode.unknown_topic_or_partition,
+                                         f"partition {t.topic}-{p.partition} does not exist")
+                    plog = found
+                plog.ensure_loaded()
+                entry["leader_epoch"], entry["end_offset"] = plog.epochs.end_offset_for(
+                    p.leader_epoch, plog.log_end_offset)
+            except KafkaError as e:
+                entry["error_code"] = e.code
+            except OSError:
+                entry["error_code"] = ErrorCode.kafka_storage_error
+            parts.append(entry)
+        topics.append({"topic": t.topic, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
