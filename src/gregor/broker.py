@@ -71,6 +71,10 @@ class Broker:
             self.cluster = ClusterMetadata(self.node_id)
             self.topics = TopicAdmin(config, registry, self.logs)
         self.producer_ids = ProducerIdManager(self.data_dir)
+        if self.zk is not None:
+            from gregor.cluster.zk_producer_ids import ZkProducerIdManager
+
+            self.producer_ids = ZkProducerIdManager(self.zk, self.node_id)
         self.dynamic_configs = DynamicConfigs(config, self.node_id, self.logs, registry)
         self.groups = GroupCoordinatorService(config, registry, self.logs, self.topics.create_topic)
         self.topics.on_deleted.append(self.groups.on_topic_deleted)

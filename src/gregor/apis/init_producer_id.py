@@ -16,5 +16,5 @@ async def init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if req.transactional_id is not None:
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
                 "producer_id": -1, "producer_epoch": -1}
-    return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": ctx.producer_ids.next_id(),
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": await ctx.producer_ids.allocate(),
             "producer_epoch": 0}

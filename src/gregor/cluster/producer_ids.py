@@ -23,6 +23,10 @@ class ProducerIdManager:
         except FileNotFoundError:
             self._next = self._limit = 0
 
+    async def allocate(self) -> int:
+        """InitProducerId's id (in a cluster a ZooKeeper block may have to be claimed first)."""
+        return self.next_id()
+
     def next_id(self) -> int:
         if self._next >= self._limit:
             self._limit = self._next + BLOCK
