@@ -6,7 +6,9 @@
 ZooKeeper is the Debian package's jar run in the foreground (``ZooKeeperServerMain`` over a
 generated ``zoo.cfg``, 127.0.0.1 only, admin server off), never a system service. Broker N gets
 ``broker.id=N``, ``listeners=PLAINTEXT://127.0.0.1:<base-port + N - 1>``,
-``log.dirs=<data-dir>/broker-N`` and ``zookeeper.connect=127.0.0.1:<zookeeper-port>/gregor``.
+``log.dirs=<data-dir>/broker-N`` and ``zookeeper.connect=127.0.0.1:<zookeeper-port>/gregor``;
+the bootstrap servers are printed once every broker has said it is ready (started and, as a
+cluster member, joined).
 Under the data directory: ``zookeeper/`` (ZooKeeper's data and its ``zoo.cfg``), ``broker-N/``,
 and one log file per process (``zookeeper.log``, ``broker-N.log``); the logs are also shown on
 the terminal line by line, prefixed ``[zk]``/``[broker-N]`` (``--quiet``: not shown).
@@ -54,6 +56,7 @@ PER_BROKER_KEYS = ("broker.id", "node.id", "listeners", "advertised.listeners", 
                    "zookeeper.connect", "broker.rack")
 START_TIMEOUT_S = 30.0
 BROKER_STOP_TIMEOUT_S = 60.0  # controlled shutdown retries included
+BROKER_STOP_WITHOUT_ZOOKEEPER_S = 10.0  # no controlled shutdown is possible: only the local stop
 ZOOKEEPER_STOP_TIMEOUT_S = 10.0
 
 
@@ -112,6 +115,35 @@ def zookeeper_serving(port: int, host: str = HOST, timeout: float = 1.0) -> bool
     except OSError:
         return False
     return b"Mode:" in reply
+
+
+def broker_ready_text(broker_id: int) -> str:
+    """What ``gregor serve`` writes once its broker has started (for a cluster member: joined the
+    cluster) and handles SIGTERM as a clean stop; the listener opens earlier."""
+    return f"gregor: broker {broker_id} ready on port"
+
+
+class LogWatch:
+    """Looks for a text in what a log file gets from ``offset`` on, reading only what is new."""
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path, self.offset = path, offset
+        self.tail = b""
+
+    def seen(self, text: str) -> bool:
+        needle = text.encode()
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                new = f.read()
+        except FileNotFoundError:
+            return False
+        self.offset += len(new)
+        window = self.tail + new
+        if needle in window:
+            return True
+        self.tail = window[-len(needle):]
+        return False
 
 
 def port_in_use(port: int, host: str = HOST) -> bool:
@@ -423,14 +455,16 @@ class DevCluster:
             for c in [self.zookeeper, *self.brokers]:
                 c.follow(self.out)
         for child, spec in zip(self.brokers, plan.brokers, strict=True):
-            if not self._wait(child, partial(_listening, spec.port)):
+            watch = LogWatch(child.log_path, child.offset)
+            if not self._wait(child, partial(watch.seen, broker_ready_text(spec.broker_id))):
                 return 0 if self.stop_requested.is_set() else 1
         self._summary()
         while not self.stop_requested.wait(0.2):
             if not self.zookeeper.alive():
                 assert self.zookeeper.proc is not None
                 self.out.error(f"ZooKeeper exited with code {self.zookeeper.proc.returncode} "
-                             f"(log {plan.zookeeper_log}); stopping the brokers")
+                               f"(log {plan.zookeeper_log}); stopping the brokers (killed after "
+                               f"{BROKER_STOP_WITHOUT_ZOOKEEPER_S:.0f} s: no controlled shutdown without ZooKeeper)")
                 return 1
             for c in self.brokers:
                 if not c.alive() and not c.reported:
@@ -474,7 +508,8 @@ class DevCluster:
     def _stop_all(self) -> None:
         for c in self.brokers:
             c.signal(signal.SIGTERM)
-        self._wait_exit(self.brokers, BROKER_STOP_TIMEOUT_S)
+        zookeeper_up = self.zookeeper.proc is None or self.zookeeper.alive()
+        self._wait_exit(self.brokers, BROKER_STOP_TIMEOUT_S if zookeeper_up else BROKER_STOP_WITHOUT_ZOOKEEPER_S)
         self.zookeeper.signal(signal.SIGTERM)
         self._wait_exit([self.zookeeper], ZOOKEEPER_STOP_TIMEOUT_S)
         for c in [*self.brokers, self.zookeeper]:
@@ -493,14 +528,6 @@ class DevCluster:
                 self.out.error(f"{c.name} did not stop within {timeout:.0f} s: killing it")
                 c.signal(signal.SIGKILL)
                 c.proc.wait()
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
 
 
 def main(argv: list[str] | None = None, out: IO[str] | None = None, err: IO[str] | None = None) -> int:

@@ -245,6 +245,20 @@ def test_devcluster_says_which_port_is_in_use_and_exits_2(tmp_path, capsys, whic
     assert not (tmp_path / "cd").exists()  # nothing started
 
 
+def test_log_watch_finds_text_written_in_pieces_after_its_offset(tmp_path):
+    log = tmp_path / "b.log"
+    log.write_bytes(b"gregor: broker 1 ready on port 1\n")  # an earlier run's
+    watch = devcluster.LogWatch(log, log.stat().st_size)
+    assert not watch.seen(devcluster.broker_ready_text(1))
+    with open(log, "ab") as f:
+        for piece in [b"starting\ngregor: bro", b"ker 1 ready on ", b"port 9092\n"]:
+            assert not watch.seen(devcluster.broker_ready_text(1))
+            f.write(piece)
+            f.flush()
+    assert watch.seen(devcluster.broker_ready_text(1))
+    assert not devcluster.LogWatch(tmp_path / "missing.log").seen("x")
+
+
 # -- gregor.devcluster: the processes -------------------------------------------------------------
 
 class DevClusterRun:

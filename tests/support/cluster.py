@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from gregor.devcluster import LogWatch, broker_ready_text
 from tests.support.broker_process import BrokerProcess
 from tests.support.zookeeper import ZooKeeperServer, stop_process
 
@@ -55,11 +56,27 @@ class BrokerCluster:
         return self.brokers[broker_id - 1]
 
     def start(self, timeout: float = 30) -> BrokerCluster:
-        """Start every broker at once and wait until each listens."""
+        """Start every broker at once and wait until each is ready (see start_broker)."""
         with ThreadPoolExecutor(len(self.brokers)) as pool:
-            for f in [pool.submit(b.start, timeout) for b in self.brokers]:
+            for f in [pool.submit(self.start_broker, i, timeout) for i in self.ids]:
                 f.result()
         return self
+
+    def start_broker(self, broker_id: int, timeout: float = 30) -> BrokerProcess:
+        """Start one broker and wait until it says it is ready: it listens from early on, but
+        joins the cluster and handles SIGTERM as a clean stop only from then on."""
+        b = self.broker(broker_id)
+        watch = LogWatch(b.log_path, b.log_path.stat().st_size if b.log_path.exists() else 0)
+        deadline = time.monotonic() + timeout
+        b.start(timeout)
+        while not watch.seen(broker_ready_text(broker_id)):
+            if not b.alive():
+                raise RuntimeError(f"broker {broker_id} exited with {b.proc.returncode if b.proc else None}:\n"
+                                   f"{b.output()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker {broker_id} was not ready within {timeout} s:\n{b.output()}")
+            time.sleep(0.02)
+        return b
 
     def stop(self, broker_id: int, timeout: float = 30) -> int:
         """SIGTERM (a controlled shutdown) and wait; the exit code."""
@@ -73,10 +90,9 @@ class BrokerCluster:
 
     def restart(self, broker_id: int, timeout: float = 30) -> BrokerProcess:
         """Stop (if running) and start again: same id, port and data directory."""
-        b = self.broker(broker_id)
-        if b.alive():
+        if self.broker(broker_id).alive():
             self.stop(broker_id)
-        return b.start(timeout)
+        return self.start_broker(broker_id, timeout)
 
     def pause(self, broker_id: int) -> None:
         """SIGSTOP: the broker stops answering and stops heartbeating its ZooKeeper session."""
