@@ -156,10 +156,10 @@ class Broker:
 
     async def _leave_cluster(self) -> None:
         assert self.zk is not None and self.replicas is not None
-        from gregor.cluster.controller.shutdown_client import request_controlled_shutdown
-
         if self.config["controlled.shutdown.enable"]:
             try:
+                from gregor.cluster.controller.shutdown_client import request_controlled_shutdown
+
                 epoch = self.registrar.broker_epoch if self.registrar is not None else -1
                 moved = await request_controlled_shutdown(self.zk, self.node_id, epoch,
                                                           self.config, self.controller)
