@@ -265,7 +265,8 @@ class ZkClient:
         while it does not exist); survives reconnects and session expiry. Returns a function that
         stops the watch."""
         handle = _Watch(self, fn)
-        return await handle.start(lambda: DataWatch(self.kazoo, path, handle.on_data))
+        # a plain two-parameter function: kazoo counts a bound method's self and would pass a third
+        return await handle.start(lambda: DataWatch(self.kazoo, path, lambda data, stat: handle.on_data(data, stat)))
 
     async def watch_children(self, path: str, fn: Callable[[list[str]], None]) -> Callable[[], None]:
         """``fn(sorted children)`` on the event loop now and at every change; the node is created
