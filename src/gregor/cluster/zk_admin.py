@@ -161,8 +161,14 @@ async def create_topic(zk: ZkClient, name: str, assignment: Mapping[int, Sequenc
     config_stat = await zk.exists(znodes.topic_config_path(name))
     config_op = (Op.set(znodes.topic_config_path(name), config_data, config_stat.version)
                  if config_stat is not None else Op.create(znodes.topic_config_path(name), config_data))
+    ops = [config_op, Op.create(znodes.topic_path(name), topic_data)]
     try:
-        await zk.multi([config_op, Op.create(znodes.topic_path(name), topic_data)])
+        try:
+            await zk.multi(ops)
+        except NoNodeError:  # no broker has created the top-level paths yet
+            await zk.ensure_path(znodes.BROKERS_TOPICS)
+            await zk.ensure_path(znodes.CONFIG_TOPICS)
+            await zk.multi(ops)
     except NodeExistsError:
         if await zk.exists(znodes.topic_path(name)) is not None:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic '{name}' already exists") from None
