@@ -144,7 +144,7 @@ class EventQueue:
             await self._idle.wait()
             await asyncio.sleep(0)
 
-    async def close(self, timeout: float = 30.0) -> None:
+    async def close(self, timeout: float = 10.0) -> None:
         """Drop the waiting events, let the one in progress finish (within ``timeout``), stop."""
         self._closed = True
         while self._events:
