@@ -5,7 +5,8 @@
 - ``decode_request``: the body, as kio's dataclass for that exact API version, after
   ``request_check`` has walked it with bounded counts.
 - ``request_schema`` / ``response_schema``: kio's class for an API version, which
-  ``gregor.protocol.encoder`` compiles its writers from.
+  ``gregor.protocol.encoder`` compiles its writers from (for the inter-broker APIs kio no longer
+  has, the class of ``inter_broker_schemas``).
 - ``response_header``: v0, or v1 for flexible versions (ApiVersions always v0).
 - ``decode_response``: a response body, for clients (the admin client, tests, benchmarks).
 
@@ -21,11 +22,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.inter_broker_schemas import SCHEMAS as INTER_BROKER_SCHEMAS
 from gregor.protocol.request_check import MalformedRequest, check_request
 from gregor.protocol.varint import read_uvarint
 
@@ -84,12 +86,22 @@ def parse_header(frame: bytes, flexible: bool) -> RequestHeader:
 
 @cache
 def request_schema(api_key: int, version: int) -> Any:
-    return load_request_schema(api_key, version)
+    try:
+        return load_request_schema(api_key, version)
+    except KioIndexError:
+        if (api_key, version) in INTER_BROKER_SCHEMAS:  # an API kio no longer has (ControlledShutdown)
+            return INTER_BROKER_SCHEMAS[api_key, version][0]
+        raise
 
 
 @cache
 def response_schema(api_key: int, version: int) -> Any:
-    return load_response_schema(api_key, version)
+    try:
+        return load_response_schema(api_key, version)
+    except KioIndexError:
+        if (api_key, version) in INTER_BROKER_SCHEMAS:
+            return INTER_BROKER_SCHEMAS[api_key, version][1]
+        raise
 
 
 def is_flexible(api_key: int, version: int) -> bool:
