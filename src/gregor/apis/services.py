@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gregor.cluster.controller import Controller
     from gregor.cluster.credentials import ScramCredentials
     from gregor.cluster.dynamic_configs import DynamicConfigs
     from gregor.cluster.metadata import ClusterMetadata
@@ -32,3 +33,4 @@ class Services:
     credentials: ScramCredentials  # SCRAM credentials (DescribeUserScramCredentials, Alter...)
     metrics: BrokerMetrics | None  # None when metrics are off
     replicas: ReplicaManager | None = None  # in a cluster: leadership, replication, acks=all (None: one node)
+    controller: Controller | None = None  # in a cluster: this broker's controller (ControlledShutdown)

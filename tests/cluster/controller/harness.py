@@ -55,6 +55,7 @@ class Node:
     registrar: BrokerRegistrar | None
     controller: Controller | None
     alive: bool = True
+    config: BrokerConfig | None = None
 
     @property
     def epoch(self) -> int:
@@ -80,16 +81,19 @@ class Cluster:
         await self.admin.stop()
 
     async def add(self, broker_id: int, rack: str | None = None, settings: dict[str, str] | None = None,
-                  controller: bool = True, zk_class: type[ZkClient] = ZkClient, **controller_args: Any) -> Node:
-        """Start a broker: session, registration, and (unless ``controller=False``) its controller."""
+                  controller: bool = True, zk_class: type[ZkClient] = ZkClient, port: int | None = None,
+                  **controller_args: Any) -> Node:
+        """Start a broker: session, registration (``port``: the endpoint it registers, by default
+        one nobody listens on), and (unless ``controller=False``) its controller."""
         zk = zk_class(self.connect, SESSION_MS)
         await zk.start()
-        registrar = BrokerRegistrar(zk, znodes.BrokerRegistration(broker_id, "127.0.0.1", 10000 + broker_id, rack))
+        registrar = BrokerRegistrar(zk, znodes.BrokerRegistration(broker_id, "127.0.0.1", port or 10000 + broker_id,
+                                                                  rack))
         await registrar.start(None)
         node = Node(broker_id, zk, registrar, None)
+        node.config = BrokerConfig.from_mapping({"node.id": str(broker_id), **self.settings, **(settings or {})})
         if controller:
-            config = BrokerConfig.from_mapping({"node.id": str(broker_id), **self.settings, **(settings or {})})
-            node.controller = Controller(zk, broker_id, config, **controller_args)
+            node.controller = Controller(zk, broker_id, node.config, **controller_args)
             await node.controller.start()
         self.nodes[broker_id] = node
         return node
