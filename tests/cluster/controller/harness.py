@@ -191,3 +191,53 @@ async def eventually(check: Callable[[], Awaitable[T | None]], timeout: float, w
 
 def new_chroot() -> str:
     return f"/controller-test-{uuid.uuid4().hex[:10]}"
+
+
+class TcpProxy:
+    """A TCP relay in front of ZooKeeper for one broker: ``cut()`` drops its connections and
+    refuses new ones (the broker's session is suspended, not expired, while ZooKeeper runs),
+    ``restore()`` lets it reconnect."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.cut_off = False
+        self.server: asyncio.AbstractServer | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.cut_off:
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self.writers -= {writer, up_writer}
+
+    def cut(self) -> None:
+        self.cut_off = True
+        for w in list(self.writers):
+            w.close()
+
+    def restore(self) -> None:
+        self.cut_off = False
+
+    async def stop(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()

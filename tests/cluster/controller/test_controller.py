@@ -9,9 +9,9 @@ import asyncio
 
 from gregor.cluster import zk_admin
 from gregor.cluster.zk import znodes
-from gregor.cluster.zk.client import Op
+from gregor.cluster.zk.client import Op, ZkSession
 from gregor.protocol.errors import ErrorCode
-from tests.cluster.controller.harness import Cluster, GatedZkClient, eventually, run
+from tests.cluster.controller.harness import Cluster, GatedZkClient, TcpProxy, eventually, new_chroot, run
 
 
 def test_one_controller_and_the_epoch_grows_at_each_failover(connect):
@@ -420,3 +420,40 @@ def test_every_controller_write_carries_the_epoch_check(connect):
             assert code == ErrorCode.not_controller
             assert await c.state("t", 0) == before
     run(scenario())
+
+
+def test_a_connection_loss_within_the_session_changes_nothing(zookeeper):
+    """The controller's connection to ZooKeeper drops for less than the session timeout: it
+    stays the controller, and acts on what happened meanwhile once the connection is back."""
+    async def scenario() -> None:
+        proxy = TcpProxy("127.0.0.1", zookeeper.port)
+        port = await proxy.start()
+        chroot = new_chroot()
+        try:
+            async with Cluster(zookeeper.connect_string(chroot)) as c:
+                c.connect = f"127.0.0.1:{port}{chroot}"  # broker 9 reaches ZooKeeper through the proxy
+                ctl = await c.add(9)
+                c.connect = zookeeper.connect_string(chroot)
+                await c.active()
+                states: list[ZkSession] = []
+                ctl.zk.add_session_listener(states.append)
+                await c.add(1, controller=False)
+                await c.add(2, controller=False)
+                await c.create_topic("t", {0: [1, 2]})
+                await c.wait_state("t", 0, leader=1, isr=[1, 2])
+                proxy.cut()
+                await eventually(lambda: _seen(states, ZkSession.SUSPENDED), 10, "connection loss noticed")
+                await c.kill(1)  # while the controller cannot hear of it
+                await asyncio.sleep(0.5)
+                assert (await c.state("t", 0)).leader == 1
+                proxy.restore()
+                s = await c.wait_state("t", 0, leader=2, isr=[2])
+                assert s.controller_epoch == 1 and await c.controller_epoch() == 1
+                assert ZkSession.EXPIRED not in states and ctl.controller.is_active
+        finally:
+            await proxy.stop()
+    run(scenario())
+
+
+async def _seen(states: list, state) -> bool | None:
+    return True if state in states else None

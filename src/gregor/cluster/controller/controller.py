@@ -57,6 +57,7 @@ from gregor.cluster.controller.zk_writes import ControllerMoved, ControllerZk
 from gregor.cluster.zk import znodes
 from gregor.cluster.zk.client import (
     BadVersionError,
+    ConnectionLoss,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -72,6 +73,7 @@ log = logging.getLogger(__name__)
 
 INITIAL_CONTROLLER_EPOCH = 0  # /controller_epoch when created; the first controller has epoch 1
 UNKNOWN_BROKER_EPOCH = -1  # a ControlledShutdown without a broker epoch (request v0, v1)
+MAX_OPS_PER_MULTI = 1000  # a multi-op is one ZooKeeper request (jute.maxbuffer, 1 MB by default)
 
 
 def _tp(tp: TopicPartition) -> str:
@@ -106,6 +108,7 @@ class Controller:
         self._rebalance_timer: asyncio.TimerHandle | None = None
         self._session_expired = False
         self._started = False
+        self._stopping = False
         self._stopped = False
 
     # -- public --------------------------------------------------------------------------------------
@@ -130,28 +133,31 @@ class Controller:
     async def stop(self) -> None:
         """Stop taking part; if this broker is the controller, resign and delete ``/controller``
         so that another broker takes over at once."""
-        if self._stopped:
+        if self._stopping:
             return
+        self._stopping = True
         await self.queue.close()
         if self._controller_watch is not None:
             self._controller_watch()
             self._controller_watch = None
-        if self.active_controller_id == self.broker_id:
+        was_active = self.active_controller_id == self.broker_id
+        self._stopped = True
+        if was_active:
             version = self.ctx.epoch_zk_version
             self._on_resignation()
             self.active_controller_id = -1
             try:
-                await self.zk.multi([Op.check(znodes.CONTROLLER_EPOCH, version), Op.delete(znodes.CONTROLLER)])
+                await asyncio.wait_for(self.zk.multi([Op.check(znodes.CONTROLLER_EPOCH, version),
+                                                      Op.delete(znodes.CONTROLLER)]), 5)
                 log.info("broker %d resigned as controller", self.broker_id)
             except Exception as e:  # noqa: BLE001 - moved already, or ZooKeeper unreachable: the session ends it
                 log.info("broker %d stopped as controller (%s)", self.broker_id, type(e).__name__)
-        self._stopped = True
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> ShutdownResult:
         """Move leadership away from ``broker_id`` before it stops: (error, partitions it still
         leads). NOT_CONTROLLER unless this broker is the controller; STALE_BROKER_EPOCH for a
         request of an earlier registration; BROKER_NOT_AVAILABLE for a broker not registered."""
-        if self._stopped or not self._started:
+        if self._stopping or not self._started:
             return ErrorCode.not_controller, []
         fut: asyncio.Future[ShutdownResult] = asyncio.get_running_loop().create_future()
         self.queue.put(ControlledShutdown(broker_id, broker_epoch, fut))
@@ -256,39 +262,54 @@ class Controller:
             self._on_resignation()
 
     async def _elect(self) -> None:
-        self.active_controller_id = await self._read_controller_id()
-        if self.active_controller_id != -1:
+        """Become the controller if there is none: create ``/controller`` and increment
+        ``/controller_epoch`` (conditionally on the version read) in one multi-op."""
+        for _ in range(10):
+            self.active_controller_id = await self._read_controller_id()
+            if self.active_controller_id != -1:
+                return
+            current, version = await self._read_or_create_epoch()
+            new_epoch = current + 1
+            try:
+                results = await self.zk.multi([
+                    Op.create(znodes.CONTROLLER, znodes.encode_controller(self.broker_id), ephemeral=True),
+                    Op.set(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(new_epoch), version)])
+                epoch_version = results[1].version
+            except (NodeExistsError, BadVersionError, ConnectionLoss):
+                # lost, unless this very request won and only its answer was lost
+                winner = await self._read_controller_id()
+                got = await self.store.get(znodes.CONTROLLER_EPOCH)
+                if winner == -1:
+                    continue  # nobody won (the request did not get through): again
+                if winner != self.broker_id or got is None or znodes.decode_controller_epoch(got[0]) != new_epoch:
+                    self.active_controller_id = winner
+                    return
+                epoch_version = got[1].version
+            await self._become_controller(new_epoch, epoch_version)
             return
+        log.warning("broker %d: the controller election did not settle; waiting for /controller to change",
+                    self.broker_id)
+
+    async def _read_or_create_epoch(self) -> tuple[int, int]:
+        """/controller_epoch's value and version, created with 0 if missing (the first controller
+        of a cluster has epoch 1)."""
         got = await self.store.get(znodes.CONTROLLER_EPOCH)
         if got is None:
             try:
-                await self.zk.create(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(INITIAL_CONTROLLER_EPOCH))
-                current, version = INITIAL_CONTROLLER_EPOCH, 0
+                await self.store.call(lambda: self.zk.create(
+                    znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(INITIAL_CONTROLLER_EPOCH)))
+                return INITIAL_CONTROLLER_EPOCH, 0
             except NodeExistsError:
                 got = await self.store.get(znodes.CONTROLLER_EPOCH)
                 if got is None:
                     raise RuntimeError(f"{znodes.CONTROLLER_EPOCH} vanished during the election") from None
-                current, version = znodes.decode_controller_epoch(got[0]), got[1].version
-        else:
-            current, version = znodes.decode_controller_epoch(got[0]), got[1].version
-        new_epoch = current + 1
-        try:
-            results = await self.zk.multi([
-                Op.create(znodes.CONTROLLER, znodes.encode_controller(self.broker_id), ephemeral=True),
-                Op.set(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(new_epoch), version)])
-            epoch_version = results[1].version
-        except (NodeExistsError, BadVersionError):
-            # lost, unless this very request won and only its answer was lost
-            winner = await self._read_controller_id()
-            got = await self.store.get(znodes.CONTROLLER_EPOCH)
-            if winner != self.broker_id or got is None or znodes.decode_controller_epoch(got[0]) != new_epoch:
-                self.active_controller_id = winner
-                return
-            epoch_version = got[1].version
-        self.ctx = ControllerContext(epoch=new_epoch, epoch_zk_version=epoch_version)
+        return znodes.decode_controller_epoch(got[0]), got[1].version
+
+    async def _become_controller(self, epoch: int, epoch_version: int) -> None:
+        self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=epoch_version)
         self.store.ctx = self.ctx
         self.active_controller_id = self.broker_id
-        log.info("broker %d elected as the controller, controller epoch %d", self.broker_id, new_epoch)
+        log.info("broker %d elected as the controller, controller epoch %d", self.broker_id, epoch)
         try:
             await self._on_controller_failover()
         except ControllerMoved:
@@ -742,24 +763,15 @@ class Controller:
             await self._delete_topic(topic)
 
     async def _delete_topic(self, topic: str) -> None:
-        """Delete the topic's nodes (partition states first, then the topic and its configs), then
-        the deletion request, each step fenced."""
+        """Delete the topic's nodes (partition states, the topic, its configs) and the deletion
+        request, fenced, in one multi-op when the topic is not huge: brokers see the whole
+        topic go at once."""
         self._stop_topic_watches(topic)
         for attempt in range(10):
             try:
-                for p in await self.store.children(znodes.partitions_path(topic)):
-                    path = f"{znodes.partitions_path(topic)}/{p}"
-                    ops = [Op.delete(f"{path}/{c}") for c in await self.store.children(path)]
-                    await self.store.fenced([*ops, Op.delete(path)])
-                ops = []
-                if await self.store.get(znodes.partitions_path(topic)) is not None:
-                    ops.append(Op.delete(znodes.partitions_path(topic)))
-                if await self.store.get(znodes.topic_path(topic)) is not None:
-                    ops.append(Op.delete(znodes.topic_path(topic)))
-                if await self.store.get(znodes.topic_config_path(topic)) is not None:
-                    ops.append(Op.delete(znodes.topic_config_path(topic)))
-                ops.append(Op.delete(znodes.delete_topic_path(topic)))
-                await self.store.fenced(ops)
+                ops = await self._topic_deletion_ops(topic)
+                for start in range(0, len(ops), MAX_OPS_PER_MULTI):  # deepest nodes first
+                    await self.store.fenced(ops[start:start + MAX_OPS_PER_MULTI])
                 break
             except (NoNodeError, NotEmptyError) as e:  # changed under us: look again
                 log.info("topic %s changed while being deleted (%s); retrying", topic, type(e).__name__)
@@ -768,6 +780,19 @@ class Controller:
                     return
         self.ctx.remove_topic(topic)
         log.info("deleted topic %s", topic)
+
+    async def _topic_deletion_ops(self, topic: str) -> list[Op]:
+        ops: list[Op] = []
+        parts = znodes.partitions_path(topic)
+        for p in await self.store.children(parts):
+            path = f"{parts}/{p}"
+            ops.extend(Op.delete(f"{path}/{c}") for c in await self.store.children(path))
+            ops.append(Op.delete(path))
+        for path in (parts, znodes.topic_path(topic), znodes.topic_config_path(topic)):
+            if await self.store.get(path) is not None:
+                ops.append(Op.delete(path))
+        ops.append(Op.delete(znodes.delete_topic_path(topic)))
+        return ops
 
     async def _do_controlled_shutdown(self, broker_id: int, broker_epoch: int) -> ShutdownResult:
         if not self.is_active:

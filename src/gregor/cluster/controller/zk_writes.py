@@ -8,8 +8,8 @@ controller resigns), unchanged -> the state node changed since it was read (a pa
 shrank or expanded the ISR), and the caller re-reads and decides again.
 
 Requests that fail because the connection dropped are retried once it is back (kazoo queues them
-while it reconnects), as Kafka's retryRequestUntilConnected does, as long as this broker is still
-the controller.
+while it reconnects), as Kafka's retryRequestUntilConnected does; writes only as long as this
+broker is still the controller.
 """
 
 from __future__ import annotations
@@ -47,15 +47,18 @@ class ControllerZk:
         self.ctx = ctx
         self.still_active = still_active
 
-    async def call(self, make: Callable[[], Awaitable[T]]) -> T:
-        """Run one request, again after connection losses while this broker is the controller."""
+    async def call(self, make: Callable[[], Awaitable[T]], write: bool = False) -> T:
+        """Run one request, again after connection losses (a write: only while this broker is
+        still the controller). A session expiry ends reads too: the events after it start over."""
         delay = 0.05
         while True:
             try:
                 return await make()
             except (ConnectionLoss, SessionExpiredError) as e:
-                if not self.still_active():
+                if write and not self.still_active():
                     raise ControllerMoved(f"ZooKeeper request failed ({type(e).__name__}) after resigning") from None
+                if isinstance(e, SessionExpiredError):
+                    raise
                 log.debug("ZooKeeper request failed (%s); retrying", type(e).__name__)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
@@ -90,7 +93,7 @@ class ControllerZk:
             raise ControllerMoved("not the controller any more")
         guard = Op.check(znodes.CONTROLLER_EPOCH, self.ctx.epoch_zk_version)
         try:
-            results = await self.call(lambda: self.zk.multi([guard, *ops]))
+            results = await self.call(lambda: self.zk.multi([guard, *ops]), write=True)
         except BadVersionError:
             await self.raise_if_moved()
             raise
