@@ -14,10 +14,12 @@ its events one at a time (``events.EventQueue``):
 - ``TopicChange`` (``/brokers/topics``) and ``PartitionModifications`` (a topic node's data):
   new partitions get their first state (first live replica leads, live replicas form the ISR,
   leader epoch 0); without a live replica they wait for one.
-- ``TopicDeletion`` (``/admin/delete_topics``): the topic's nodes and configs are deleted, then
-  the request. Brokers delete their replicas when the topic is gone from ZooKeeper.
+- ``TopicDeletion`` (``/admin/delete_topics``): the topic's nodes, its configs and the request
+  are deleted together. Brokers delete their replicas when the topic is gone from ZooKeeper.
 - ``ControlledShutdown``: leadership of the partitions the broker leads moves to another ISR
-  member, and it leaves the ISRs it is in as a follower.
+  member, and it leaves the ISRs it is in as a follower; until its registration goes it is not
+  elected anywhere. The answer lists the partitions it still leads that another replica could
+  lead (a single-replica partition is not listed, as in Kafka: nothing can move it).
 - ``AutoPreferredReplicaLeaderElection`` (every ``leader.imbalance.check.interval.seconds``): the
   preferred replica leads again where it is alive and in the ISR, for brokers whose share of
   partitions not led by their preferred replica is above ``leader.imbalance.per.broker.percentage``.
