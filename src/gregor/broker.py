@@ -94,7 +94,8 @@ class Broker:
                                  groups=self.groups, producer_ids=self.producer_ids,
                                  dynamic_configs=self.dynamic_configs,
                                  credentials=ScramCredentials(self.data_dir), metrics=self.metrics,
-                                 replicas=self.replicas)
+                                 replicas=self.replicas,
+                                 controller=self.controller if self.zk is not None else None)
         self.metrics_server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
