@@ -43,7 +43,9 @@ class Broker:
         self.data_dir = config.data_dir
         FD_CACHE.capacity = config["log.segment.open.files.max"]
         registry = TopicRegistry(self.data_dir)
-        self.logs = LogManager(self.data_dir, config.topic_defaults(), registry)
+        # a broker of a cluster hosts only the partitions assigned to it
+        self.logs = LogManager(self.data_dir, config.topic_defaults(), registry,
+                               hosts_all_partitions=not config["zookeeper.connect"])
         # a cluster when zookeeper.connect is set, else the single-node default
         self.zk: ZkClient | None = None
         self.replicas: ReplicaManager | None = None

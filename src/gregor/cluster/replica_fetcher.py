@@ -120,14 +120,17 @@ class ReplicaFetcher:
                              ErrorCode(r.error_code).name)
                     backoff = True
                     continue
-                self._truncate_one(f.part, r.leader_epoch, r.end_offset)
-                f.truncating = False
+                # KIP-279: until both sides agree on the latest epoch, ask again with the new one
+                f.truncating = not self._truncate_one(f.part, r.leader_epoch, r.end_offset)
         if backoff:
             await asyncio.sleep(self.backoff)
 
-    def _truncate_one(self, part: Partition, leader_epoch: int, end_offset: int) -> None:
+    def _truncate_one(self, part: Partition, leader_epoch: int, end_offset: int) -> bool:
+        """Truncate as the leader's answer says; True when done (both logs agree below the log
+        end), False when the follower must ask again with its new latest epoch."""
         plog = part.log
         leo = plog.log_end_offset
+        done = True
         if leader_epoch == UNDEFINED_EPOCH or end_offset < 0:
             # the leader has no epoch at or below ours: only the high watermark is known safe
             target = min(plog.high_watermark, leo)
@@ -138,10 +141,12 @@ class ReplicaFetcher:
             # no further than where it ends on the leader
             _, own_end = plog.epochs.end_offset_for(leader_epoch, leo)
             target = min(end_offset, own_end if own_end >= 0 else leo, leo)
+            done = target >= leo  # nothing removed: no further step can remove more
         if target < leo:
             log.info("%s-%d: truncating a divergent tail %d..%d (leader %d says epoch %d ends at %d)",
                      part.topic, part.partition, target, leo, self.leader.node_id, leader_epoch, end_offset)
             plog.truncate_to(target)
+        return done
 
     # -- fetching ------------------------------------------------------------------------------
     async def _fetch_once(self) -> None:
