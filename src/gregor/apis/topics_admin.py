@@ -112,7 +112,9 @@ async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
             existing = ctx.topics.get(t.name)
             if existing is not None and t.count > existing.partitions:
                 budget.take(t.count - existing.partitions)
-            await ctx.topics.add_partitions_async(t.name, t.count, validate_only=req.validate_only)
+            await ctx.topics.add_partitions_async(
+                t.name, t.count, validate_only=req.validate_only,
+                assignments=[list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None)
         except KafkaError as e:
             res["error_code"] = e.code
             res["error_message"] = e.message

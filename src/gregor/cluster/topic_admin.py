@@ -173,8 +173,10 @@ class TopicAdmin:
         self._commit_partitions(topic, count, self.logs.build_logs(dataclasses.replace(topic, partitions=count),
                                                                    topic.partitions))
 
-    async def add_partitions_async(self, name: str, count: int, validate_only: bool = False) -> None:
-        """CreatePartitions: as ``add_partitions``, the new files made in a worker thread."""
+    async def add_partitions_async(self, name: str, count: int, validate_only: bool = False,
+                                   assignments: list[list[int]] | None = None) -> None:
+        """CreatePartitions: as ``add_partitions``, the new files made in a worker thread. (Manual
+        ``assignments``, checked by the handler, are one broker's here; ``ZkTopicAdmin`` uses them.)"""
         self.add_partitions(name, count, validate_only=True)
         if validate_only:
             return

@@ -115,6 +115,7 @@ class ZkTopicAdmin(TopicAdmin):
         self.parse_topic_configs(configs)  # validation: INVALID_CONFIG
         strs = {k: v for k, v in configs.items() if v is not None}
         if assignments:
+            zk_admin.validate_replica_assignment(assignments, [b.node_id for b in self.metadata.brokers()])
             return assignments, strs
         if partitions == -1:
             partitions = self.config["num.partitions"]
@@ -177,12 +178,16 @@ class ZkTopicAdmin(TopicAdmin):
         return topic
 
     async def add_partitions_async(self, name: str, count: int, validate_only: bool = False,
-                                   assignments: dict[int, list[int]] | None = None) -> None:
+                                   assignments: list[list[int]] | None = None) -> None:
         super().add_partitions(name, count, validate_only=True)  # the same checks and errors
         current = await zk_admin.read_topic(self.zk, name)
         if current is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' does not exist")
-        new = assignments or assign_new_partitions(self._brokers(), current.assignment, count)
+        if assignments is not None:
+            new = zk_admin.validate_added_partitions(assignments, current.assignment, count,
+                                                     [b.node_id for b in self.metadata.brokers()])
+        else:
+            new = assign_new_partitions(self._brokers(), current.assignment, count)
         if validate_only:
             return
         await zk_admin.add_partitions(self.zk, name, {**current.assignment, **new}, current.version)
