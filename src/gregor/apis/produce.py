@@ -40,16 +40,17 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                 if topic.internal:
                     raise KafkaError(ErrorCode.invalid_topic_exception,
                                      f"clients may not produce to internal topic '{name}'")
+                # one node: the local log; a cluster: the leader's replica (not every partition is here)
                 plog = ctx.logs.get(name, pd.index) if replicas is None else None
-                if (plog is None if replicas is None else not 0 <= pd.index < topic.partitions):
+                if plog is None and not (replicas is not None and 0 <= pd.index < topic.partitions):
                     raise KafkaError(ErrorCode.unknown_topic_or_partition,
                                      f"partition {name}-{pd.index} does not exist")
                 if not pd.records:
                     raise KafkaError(ErrorCode.corrupt_message, "produce request without records")
-                if plog is not None:
+                if replicas is None:
+                    assert plog is not None
                     res = plog.append(pd.records)
                 else:
-                    assert replicas is not None
                     part, res, required = replicas.append(name, pd.index, pd.records, acks)
                     if acks == -1:
                         waits.append((p, replicas.wait_replicated(part, required, req.timeout.total_seconds())))

@@ -149,13 +149,19 @@ class TopicAdmin:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' does not exist")
         if topic.internal:
             raise KafkaError(ErrorCode.topic_authorization_failed, f"internal topic '{name}' cannot be deleted")
-        self.registry.forget(name)
         self._deleting.add(name)
-        dirs = self.logs.delete_logs(topic)
-        for listener in self.on_deleted:
-            listener(name)
+        dirs = self.forget_topic(topic)
         log.info("deleted topic %s", name)
         return topic, dirs
+
+    def forget_topic(self, topic: Topic) -> list[Path]:
+        """Out of the registry, its logs closed and their directories marked for deletion, the
+        listeners told; returns the directories to purge."""
+        self.registry.forget(topic.name)
+        dirs = self.logs.delete_logs(topic)
+        for listener in self.on_deleted:
+            listener(topic.name)
+        return dirs
 
     def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         topic = self.registry.get(name)

@@ -87,10 +87,7 @@ class ZkTopicAdmin(TopicAdmin):
         topic = self.registry.get(name)
         if topic is None:
             return
-        self.registry.forget(name)
-        dirs = self.logs.delete_logs(topic)
-        for listener in self.on_deleted:
-            listener(name)
+        dirs = self.forget_topic(topic)
         asyncio.get_running_loop().create_task(self.logs.purge(topic, dirs))
         log.info("deleted the local replicas of topic %s", name)
 
