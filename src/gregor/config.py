@@ -51,6 +51,19 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
+# replica.selector.class values (KIP-392), by Kafka's class names; cluster/replica_selector.py
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
+
+def _replica_selector(v: str) -> str:
+    s = v.strip()
+    for full in (LEADER_SELECTOR, RACK_AWARE_SELECTOR):
+        if s in (full, full.rsplit(".", 1)[1]):
+            return full
+    raise ValueError(f"must be one of {LEADER_SELECTOR}, {RACK_AWARE_SELECTOR} (or their simple names)")
+
+
 def _cleanup_policy(v: str) -> str:
     parts = [p.strip() for p in v.split(",") if p.strip()]
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -235,9 +248,9 @@ KEYS: dict[str, Key] = {
         Key("replica.socket.timeout.ms", _int_range(1, INT_MAX), 30000, "follower fetch request timeout"),
         Key("replica.high.watermark.checkpoint.interval.ms", _int_range(1, LONG_MAX), 5000,
             "how often high watermarks are written to replication-offset-checkpoint"),
-        Key("replica.selector.class", _nonempty, None,
-            "set to org.apache.kafka.common.replica.RackAwareReplicaSelector: consumers fetch from a"
-            " replica in their rack (KIP-392)"),
+        Key("replica.selector.class", _replica_selector, None,
+            "RackAwareReplicaSelector: the leader sends a consumer whose client.rack it does not share to"
+            " the most caught-up replica in that rack (KIP-392); LeaderSelector or unset: the leader"),
         Key("controlled.shutdown.enable", _bool, True, "move leadership away before a broker stops"),
         Key("controlled.shutdown.max.retries", _int_range(0, INT_MAX), 3, "controlled shutdown attempts"),
         Key("controlled.shutdown.retry.backoff.ms", _int_range(0, LONG_MAX), 5000,

@@ -14,7 +14,9 @@ In a cluster (``ctx.replicas``), a follower's fetch (``replica_id`` >= 0) goes t
 tells it the follower's log end (the fetch offset) and reads up to the log end; a consumer reads up
 to the high watermark, from the leader or (Fetch v11+, KIP-392) from any replica hosted here.
 ``current_leader_epoch`` (KIP-320) older than the replica's is FENCED_LEADER_EPOCH, newer is
-UNKNOWN_LEADER_EPOCH.
+UNKNOWN_LEADER_EPOCH. With ``replica.selector.class`` set, the leader answers a consumer in
+another rack with ``preferred_read_replica`` (KIP-392, cluster/replica_selector.py) and no
+records; the consumer then reads from that replica.
 
 Fetch sessions (KIP-227) are declined the way a Kafka broker with a full session cache declines
 them: every response carries session id 0, so clients keep sending full fetch requests.
@@ -23,10 +25,12 @@ them: every response carries session id 0, so clients keep sending full fetch re
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
+from gregor.cluster.replica_selector import ReplicaView, preferred_read_replica
 from gregor.log.file_region import FileRegion
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -47,8 +51,10 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
         return _top_error(ErrorCode.invalid_fetch_session_epoch)
 
     wanted = _resolve(ctx, req, by_id=ctx.version >= 13)
+    # KIP-392: partitions whose consumer should read from another replica, and which one
+    redirect: dict[tuple[str, int], int] = {}
     if ctx.replicas is not None:
-        wanted = _check_replicas(ctx, req, wanted)
+        wanted = _check_replicas(ctx, req, wanted, redirect)
     max_wait = req.max_wait.total_seconds()
     # Kafka: the response limit is the smaller of the request's and fetch.max.bytes, and min_bytes
     # never exceeds it
@@ -62,9 +68,9 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     positions = [(t, p, offset) for t, p, offset, *_ in wanted if t is not None] if metrics is not None else []
     owners = metrics.attribute_fetch(client_id, ctx.client_host, positions, ctx.connection_state) if metrics else {}
     while True:
-        topics, total, any_error, served = _read_all(ctx, max_bytes, wanted)
+        topics, total, any_error, served = _read_all(ctx, max_bytes, wanted, redirect)
         remaining = deadline - loop.time()
-        if total >= min_bytes or any_error or remaining <= 0:
+        if total >= min_bytes or any_error or redirect or remaining <= 0:
             break
         _close_regions(topics)
         await ctx.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
@@ -89,15 +95,20 @@ def _top_error(code: ErrorCode) -> dict[str, Any]:
 Wanted = tuple[str | None, int, int, int, Any, ErrorCode, bool]
 
 
-def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> list[Wanted]:
+def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted],
+                    redirect: dict[tuple[str, int], int]) -> list[Wanted]:
     """Leadership and leader epochs of every partition, once per request (not per long-poll
-    round); a follower's fetch offset is its log end, which moves the leader's high watermark."""
+    round); a follower's fetch offset is its log end, which moves the leader's high watermark.
+    A consumer's partitions that ``replica.selector.class`` sends to another replica go into
+    ``redirect``."""
     replicas = ctx.replicas
     assert replicas is not None
     state = getattr(req, "replica_state", None)
     replica_id = state.replica_id if state is not None and ctx.version >= 15 else getattr(req, "replica_id", -1)
     epochs = {(ft.topic if ctx.version < 13 else ft.topic_id, fp.partition): getattr(fp, "current_leader_epoch", -1)
               for ft in req.topics for fp in ft.partitions}
+    selector = ctx.config["replica.selector.class"]
+    client_rack = (getattr(req, "rack_id", "") or "") if selector is not None and ctx.version >= 11 else ""
     out: list[Wanted] = []
     for name, partition, offset, pmax, key, err, _ in wanted:
         if name is not None and not err:
@@ -107,13 +118,33 @@ def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> list
                     part = replicas.leader_partition(name, partition, epoch)
                     replicas.follower_fetched(part, replica_id, offset)
                 elif ctx.version >= 11:
-                    replicas.local_partition(name, partition, epoch)
+                    part = replicas.local_partition(name, partition, epoch)
+                    if client_rack and part.is_leader:
+                        other = _preferred_replica(ctx, part, selector, client_rack, offset)
+                        if other is not None:
+                            redirect[(name, partition)] = other
                 else:
                     replicas.leader_partition(name, partition, epoch)
             except KafkaError as e:
                 err = e.code
         out.append((name, partition, offset, pmax, key, err, replica_id < 0))
     return out
+
+
+def _preferred_replica(ctx: RequestContext, part: Any, selector: str, client_rack: str, offset: int) -> int | None:
+    """KIP-392: the live replica the selector prefers for this consumer, if not this leader."""
+    now = int(time.monotonic() * 1000)  # the clock of the replica manager's follower states
+    log = part.log
+    leader_view = ReplicaView(ctx.cluster.node_id, ctx.cluster.rack, log.log_end_offset, log.log_start_offset, 0)
+    followers = []
+    for broker_id, fs in part.followers.items():
+        endpoint = ctx.cluster.broker(broker_id)
+        if endpoint is None or fs.log_end_offset < 0:
+            continue  # not alive, or has not fetched since this broker became leader
+        # a follower's log start is not tracked; replicas delete segments on the same schedule
+        followers.append(ReplicaView(broker_id, endpoint.rack, fs.log_end_offset, 0,
+                                     now - fs.last_caught_up_ms))
+    return preferred_read_replica(selector, client_rack, offset, leader_view, followers)
 
 
 def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
@@ -140,7 +171,7 @@ def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
 Served = list[tuple[str, int, int, int]]  # topic, partition, messages, bytes
 
 
-def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted]
+def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted], redirect: dict[tuple[str, int], int]
               ) -> tuple[list[TopicData[FileRegion]], int, bool, Served]:
     logs = ctx.logs
     served: Served = []
@@ -154,7 +185,12 @@ def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted]
         plog = logs.get(name, partition) if name is not None and not err else None
         if name is not None and plog is None and not err:
             entry.error_code = ErrorCode.unknown_topic_or_partition
-        if plog is not None:
+        if plog is not None and redirect and (name, partition) in redirect:
+            # KIP-392: no records, only where to read them (with the offsets a consumer checks)
+            entry.preferred_read_replica = redirect[(plog.topic, partition)]
+            entry.high_watermark = entry.last_stable_offset = plog.high_watermark
+            entry.log_start_offset = plog.log_start_offset
+        elif plog is not None:
             try:
                 res = plog.read(offset, min(pmax, budget), min_one_batch=first_with_data, region_above=REGION_BYTES,
                                 max_offset=plog.high_watermark if upto_hwm else None)

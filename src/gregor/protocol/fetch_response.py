@@ -35,6 +35,7 @@ class PartitionData(Generic[R]):
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes | R = b""
+    preferred_read_replica: int = -1  # KIP-392: read from this broker instead (v11+)
 
 
 @dataclass(slots=True)
@@ -77,7 +78,7 @@ def encode_fetch_response(version: int, error_code: int, session_id: int,
                 buf += struct.pack(">q", p.log_start_offset)
             buf += b"\x00" if flexible else b"\xff\xff\xff\xff"  # aborted_transactions: null
             if version >= 11:
-                buf += b"\xff\xff\xff\xff"  # preferred_read_replica: -1
+                buf += _I32.pack(p.preferred_read_replica)
             n = len(p.records)
             if flexible:
                 write_uvarint(buf, n + 1)
