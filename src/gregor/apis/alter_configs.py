@@ -1,7 +1,8 @@
 """AlterConfigs (33) and IncrementalAlterConfigs (44) for topics, this broker and groups (GROUP
 resources, Kafka 4.0). AlterConfigs replaces every override of a resource, IncrementalAlterConfigs
 applies SET, DELETE, APPEND and SUBTRACT to single keys; both may only validate. The changes
-themselves are the topic admin's (topic overrides) and ``gregor.cluster.dynamic_configs``' (broker
+themselves are the topic admin's (topic overrides; in a cluster they are written to ZooKeeper and
+every broker applies them) and ``gregor.cluster.dynamic_configs``' (broker
 and group keys: which may change at run time, and how they persist)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 
-def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[str, Any]]:
+async def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[str, Any]]:
     out = []
     for r in req.resources:
         res: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
@@ -23,7 +24,7 @@ def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[str, A
             if r.resource_type == TOPIC:
                 values = {c.name: c.value for c in r.configs}
                 ops = {c.name: c.config_operation for c in r.configs} if incremental else None
-                ctx.topics.alter_topic_configs(r.resource_name, values, ops, req.validate_only)
+                await ctx.topics.alter_topic_configs_async(r.resource_name, values, ops, req.validate_only)
             elif r.resource_type == BROKER:
                 entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
                 ctx.dynamic_configs.alter_broker(r.resource_name, entries, incremental, req.validate_only)
@@ -44,9 +45,9 @@ def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[str, A
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
 async def alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": _alter(ctx, req, incremental=False)}
+    return {"throttle_time": 0, "responses": await _alter(ctx, req, incremental=False)}
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": _alter(ctx, req, incremental=True)}
+    return {"throttle_time": 0, "responses": await _alter(ctx, req, incremental=True)}

@@ -134,7 +134,8 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
         elif r.resource_type == BROKER:
             if r.resource_name not in ("", str(ctx.cluster.node_id)):
                 res["error_code"] = ErrorCode.invalid_request
-                res["error_message"] = f"unknown broker '{r.resource_name}'"
+                res["error_message"] = (f"this is broker {ctx.cluster.node_id}: ask broker {r.resource_name} for its"
+                                        " own configs, or name '' for the cluster-wide defaults")
             elif r.resource_name == "":  # the cluster-wide defaults: only what was set dynamically, as Kafka
                 res["configs"] = [
                     {"name": k, "value": v, "read_only": False, "config_source": DYNAMIC_DEFAULT_BROKER_CONFIG,

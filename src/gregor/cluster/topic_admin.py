@@ -218,22 +218,40 @@ class TopicAdmin:
         topic = self.registry.get(name)
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' does not exist")
-        new = dict(topic.configs) if incremental_ops is not None else {}
-        for k, v in configs.items():
-            op = incremental_ops.get(k, 0) if incremental_ops is not None else 0
-            if op == 1:  # DELETE
-                new.pop(k, None)
-            elif op == 0:  # SET
-                new.update(self.parse_topic_configs({k: v}))
-            elif op in (2, 3):  # APPEND, SUBTRACT (KIP-339): list configs only
-                new.update(self.parse_topic_configs({k: apply_list_op(k, op, v, new.get(k), TOPIC_LIST_DEFAULTS)}))
-            else:
-                raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {op} on {k}")
+        new = apply_config_ops(dict(topic.configs) if incremental_ops is not None else {}, configs,
+                               incremental_ops, self.parse_topic_configs)
         if validate_only:
             return
-        topic.configs = new
+        self.set_topic_configs(topic, new)
+
+    async def alter_topic_configs_async(self, name: str, configs: dict[str, Any],
+                                        incremental_ops: dict[str, int] | None, validate_only: bool) -> None:
+        """AlterConfigs / IncrementalAlterConfigs on a topic (a cluster writes ZooKeeper)."""
+        self.alter_topic_configs(name, configs, incremental_ops, validate_only)
+
+    def set_topic_configs(self, topic: Topic, parsed: dict[str, Any]) -> None:
+        """Make ``parsed`` the topic's overrides here: registry, saved, and the logs reconfigured."""
+        topic.configs = parsed
         self.registry.save()
         self.logs.reconfigure(topic)
+
+
+def apply_config_ops(new: dict[str, Any], configs: dict[str, Any], incremental_ops: dict[str, int] | None,
+                     convert: Callable[[dict[str, str | None]], dict[str, Any]]) -> dict[str, Any]:
+    """Apply AlterConfigs (every op a SET) or IncrementalAlterConfigs' SET, DELETE, APPEND and
+    SUBTRACT to the overrides ``new`` (changed and returned); ``convert`` turns a set value into
+    the stored form (parsing and validating it)."""
+    for k, v in configs.items():
+        op = incremental_ops.get(k, 0) if incremental_ops is not None else 0
+        if op == 1:  # DELETE
+            new.pop(k, None)
+        elif op == 0:  # SET
+            new.update(convert({k: v}))
+        elif op in (2, 3):  # APPEND, SUBTRACT (KIP-339): list configs only
+            new.update(convert({k: apply_list_op(k, op, v, new.get(k), TOPIC_LIST_DEFAULTS)}))
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {op} on {k}")
+    return new
 
 
 # Topic configs of type LIST, with Kafka's defaults (the starting point of an APPEND when the topic

@@ -22,9 +22,9 @@ from typing import Any
 
 from gregor.cluster import zk_admin
 from gregor.cluster.replica_assignment import BrokerMetadata, assign_new_partitions, assign_replicas_to_brokers
-from gregor.cluster.topic_admin import MAX_PARTITIONS, TopicAdmin
+from gregor.cluster.topic_admin import MAX_PARTITIONS, TopicAdmin, apply_config_ops
 from gregor.cluster.zk import znodes as zn
-from gregor.cluster.zk.client import ZkClient
+from gregor.cluster.zk.client import BadVersionError, NodeExistsError, ZkClient
 from gregor.cluster.zk_metadata import ZkClusterMetadata
 from gregor.config import BrokerConfig, ConfigError, parse_topic_config
 from gregor.log.log_manager import LogManager
@@ -78,6 +78,39 @@ class ZkTopicAdmin(TopicAdmin):
             changed = True
         if changed:
             self.registry.save()
+
+    async def alter_topic_configs_async(self, name: str, configs: dict[str, Any],
+                                        incremental_ops: dict[str, int] | None, validate_only: bool) -> None:
+        """A topic's overrides live in ZooKeeper (``/config/topics/<t>``, as text): read them,
+        apply the operations, validate, and write them back conditionally on the version read (a
+        concurrent change makes this start again); every broker's mirror then applies them, this
+        one at once so that a DescribeConfigs right after sees the change."""
+        topic = self.registry.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' does not exist")
+        path = zn.topic_config_path(name)
+        for _ in range(10):
+            got = await self.zk.get(path)
+            current = zn.decode_topic_config(name, got[0]) if got is not None else {}
+            new: dict[str, str] = apply_config_ops(dict(current) if incremental_ops is not None else {}, configs,
+                                                   incremental_ops, _as_text)
+            parsed = self.parse_topic_configs(dict(new))  # INVALID_CONFIG before anything is written
+            if validate_only:
+                return
+            try:
+                if got is not None:
+                    await self.zk.set(path, zn.encode_topic_config(new), got[1].version)
+                elif await self.zk.exists(zn.topic_path(name)) is None:
+                    raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic '{name}' does not exist")
+                else:
+                    await self.zk.create(path, zn.encode_topic_config(new), makepath=True)
+            except (BadVersionError, NodeExistsError):
+                continue  # changed meanwhile: apply the operations to the newer overrides
+            if self.registry.get(name) is topic and parsed != topic.configs:
+                self.set_topic_configs(topic, parsed)
+            log.info("topic %s: configs set to %s", name, new)
+            return
+        raise KafkaError(ErrorCode.request_timed_out, f"topic '{name}': its configs kept changing; try again")
 
     def mirror_deleted(self, name: str) -> None:
         if self.registry.get(name) is not None:
@@ -196,3 +229,8 @@ class ZkTopicAdmin(TopicAdmin):
         deadline = loop.time() + timeout_s
         while not done() and loop.time() < deadline:
             await asyncio.sleep(0.05)
+
+
+def _as_text(configs: dict[str, str | None]) -> dict[str, str]:
+    """Set values as ZooKeeper keeps them (text; a null SET removes nothing and sets nothing)."""
+    return {k: v for k, v in configs.items() if v is not None}
