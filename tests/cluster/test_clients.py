@@ -1,0 +1,585 @@
+"""Real clients against three real brokers over a real ZooKeeper.
+
+confluent-kafka, kafka-python, aiokafka and kcat each produce continuously with acks=all (and
+idempotence) to a replicated topic (RF 3, min.insync.replicas 2) while the leader of partition 0
+is SIGKILLed or stopped with a controlled shutdown (SIGTERM), and keep producing to the new
+leader, which the client's own metadata must name. A consumer group of the same library consumes
+part of the data and commits before the leader goes; another member of the group, bootstrapped
+from a single surviving broker, resumes at the committed offsets afterwards: every acknowledged
+message is read exactly once, in order per partition, and the final commit is the log end. The
+group is chosen so that its coordinator (the leader of its ``__consumer_offsets`` partition,
+RF 3) is the broker that goes: the committed offsets have to outlive it.
+
+The project's own clients too: the ``gregor`` CLI's admin commands against any one broker, and
+the Spark connector's batch read and write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as AioTP
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTP
+
+from gregor.admin.client import AdminClient as GregorAdmin
+from gregor.admin.wire_client import WireClient
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, partition_for
+from gregor.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.timeout(300)
+
+PARTITIONS = 3
+OFFSETS_PARTITIONS = 3
+OVERRIDES = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "3000",
+             "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "200",
+             "controlled.shutdown.retry.backoff.ms": "500", "leader.imbalance.check.interval.seconds": "3600",
+             "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+             "group.initial.rebalance.delay.ms": "0"}
+BEFORE = 150  # acknowledged messages before the leader goes
+AFTER = 150  # acknowledged messages on partition 0 once the client names its new leader
+KCAT = shutil.which("kcat") or shutil.which("kafkacat")
+
+Read = dict[int, list[tuple[int, bytes]]]  # partition -> (offset, value) in the order read
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def value(partition: int, seq: int) -> bytes:
+    return b"p%d-%06d" % (partition, seq)
+
+
+def total(read: Read) -> int:
+    return sum(map(len, read.values()))
+
+
+# -- the cluster's state, seen with gregor's wire client (not the client under test) -----------
+def call(bootstrap: str, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    """One request to the first broker of ``bootstrap`` (host:port,...) that accepts a connection."""
+    for address in bootstrap.split(","):
+        try:
+            wire = WireClient(address, timeout=10)
+        except OSError:
+            continue
+        try:
+            return wire.call(api_key, version, body)
+        finally:
+            wire.close()
+    raise AssertionError(f"no broker of {bootstrap} accepts connections")
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int]]]:
+    """{partition: (leader, isr)}; empty while the topic is unknown."""
+    md = call(bootstrap, ApiKey.METADATA, 9, {
+        "topics": [{"name": topic}], "allow_auto_topic_creation": False,
+        "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
+    t = md.topics[0]
+    return {} if t.error_code else {p.partition_index: (p.leader_id, list(p.isr_nodes)) for p in t.partitions}
+
+
+def fully_replicated(bootstrap: str, topic: str, partitions: int) -> dict[int, int] | None:
+    """{partition: leader} once every partition has a leader and all three replicas in its ISR."""
+    st = leaders(bootstrap, topic)
+    if len(st) != partitions or any(leader < 0 or len(isr) != 3 for leader, isr in st.values()):
+        return None
+    return {p: leader for p, (leader, _isr) in st.items()}
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> dict[int, int]:
+    """RF 3, min.insync.replicas 2; {partition: leader} once fully replicated."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})])[name].result(30)
+    return wait_for(lambda: fully_replicated(bootstrap, name, partitions), what=f"{name} fully replicated")
+
+
+def find_coordinator(bootstrap: str, group: str) -> Any:
+    return call(bootstrap, ApiKey.FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
+
+
+def coordinator_of(bootstrap: str, group: str) -> int:
+    r = find_coordinator(bootstrap, group)
+    return r.node_id if r.error_code == ErrorCode.none else -1
+
+
+def group_coordinated_by(bootstrap: str, broker_id: int, prefix: str) -> str:
+    """A group id whose coordinator is ``broker_id`` (the leader of its __consumer_offsets
+    partition); the first FindCoordinator creates __consumer_offsets."""
+    def offsets_topic_ready() -> dict[int, int] | None:
+        if find_coordinator(bootstrap, prefix).error_code:
+            return None
+        return fully_replicated(bootstrap, OFFSETS_TOPIC, OFFSETS_PARTITIONS)
+
+    offsets_leaders: dict[int, int] = wait_for(offsets_topic_ready, what=f"{OFFSETS_TOPIC} fully replicated")
+    group = next(g for g in (f"{prefix}-{i}" for i in range(1000))
+                 if offsets_leaders[partition_for(g, OFFSETS_PARTITIONS)] == broker_id)
+    assert wait_for(lambda: (c := coordinator_of(bootstrap, group)) >= 0 and c,
+                    what=f"a coordinator for {group}") == broker_id
+    return group
+
+
+def log_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's log end offset (ListOffsets latest, asked of its leader)."""
+    admin = GregorAdmin(bootstrap.split(",")[0])
+    try:
+        return {p: o for (_t, p), o in admin.list_offsets([(topic, p) for p in range(PARTITIONS)], -1).items()}
+    finally:
+        admin.close()
+
+
+# -- what was produced and read ----------------------------------------------------------------
+@dataclass
+class Production:
+    """Acknowledged (offset, value) per partition, in the order of the acknowledgements, and the
+    delivery failures. Acknowledgements arrive on the client's own threads."""
+
+    acked: Read = field(default_factory=lambda: {p: [] for p in range(PARTITIONS)})
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ack(self, partition: int, offset: int, v: bytes) -> None:
+        with self.lock:
+            self.acked[partition].append((offset, v))
+
+    def fail(self, error: object) -> None:
+        with self.lock:
+            self.errors.append(str(error))
+
+    def count(self, partition: int | None = None) -> int:
+        with self.lock:
+            return total(self.acked) if partition is None else len(self.acked[partition])
+
+
+def check_everything_read_once_in_order(prod: Production, ends: dict[int, int], first: Read,
+                                        committed: dict[int, int], second: Read) -> None:
+    """Nothing failed; each partition's log is exactly its acknowledged messages in the order
+    sent; the first consumer read from 0 to its commit, the second from that commit to the log
+    end, so every acknowledged message was read once."""
+    assert not prod.errors, prod.errors[:5]
+    for p in range(PARTITIONS):
+        acked = prod.acked[p]
+        assert [o for o, _ in acked] == list(range(len(acked))), f"partition {p}: acknowledged offsets"
+        assert [v for _, v in acked] == [value(p, i) for i in range(len(acked))], f"partition {p}: order"
+        assert ends[p] == len(acked), f"partition {p}: log end {ends[p]}, {len(acked)} acknowledged"
+        start = committed.get(p, 0)
+        assert [o for o, _ in first[p]] == list(range(start)), f"partition {p}: first consumer up to its commit"
+        assert [o for o, _ in second[p]] == list(range(start, ends[p])), \
+            f"partition {p}: second consumer from the commit ({start}) to the end ({ends[p]})"
+        assert first[p] + second[p] == acked, f"partition {p}: values read"
+
+
+def read_to(ends: dict[int, int], committed: dict[int, int]) -> Callable[[Read], bool]:
+    """A second consumer's stop condition: every partition read to its log end."""
+    return lambda read: all((read[p][-1][0] + 1 if read[p] else committed.get(p, 0)) >= ends[p] for p in ends)
+
+
+# -- the clients -------------------------------------------------------------------------------
+class Client(Protocol):
+    name: str
+
+    def start_producing(self, bootstrap: str, topic: str, prod: Production, stop: threading.Event) -> None:
+        """Produce value(p, seq) to every partition p in turn (acks=all, idempotent) until ``stop``
+        is set, then flush; returns once the producer is running."""
+
+    def join_producer(self) -> None:
+        """Wait until the producer has flushed and closed."""
+
+    def leader_seen(self, topic: str, partition: int) -> int | None:
+        """The partition's leader in the running producer's metadata (-1/None: unknown)."""
+
+    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+                ) -> tuple[Read, dict[int, int]]:
+        """Subscribe in ``group``, read until ``until(read)``, commit, close; what was read and
+        the group's committed offsets (as the library reports them)."""
+
+
+class ThreadedProducer:
+    """A producer loop on a thread of its own (confluent-kafka, kafka-python)."""
+
+    def _start_thread(self, target: Callable[[], None]) -> None:
+        self.failure: BaseException | None = None
+
+        def run() -> None:
+            try:
+                target()
+            except BaseException as e:  # noqa: BLE001 - reported by join_producer
+                self.failure = e
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join_producer(self) -> None:
+        self.thread.join(150)
+        assert not self.thread.is_alive(), "the producer did not finish"
+        assert self.failure is None, repr(self.failure)
+
+
+class Confluent(ThreadedProducer):
+    name = "confluent"
+
+    def start_producing(self, bootstrap: str, topic: str, prod: Production, stop: threading.Event) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "message.timeout.ms": 120000, "linger.ms": 5})
+
+        def done(err: Any, msg: Any) -> None:
+            if err is not None:
+                prod.fail(err)
+            else:
+                prod.ack(msg.partition(), msg.offset(), msg.value())
+
+        def loop() -> None:
+            seq = 0
+            while not stop.is_set():
+                for p in range(PARTITIONS):
+                    self.producer.produce(topic, value(p, seq), partition=p, on_delivery=done)
+                seq += 1
+                self.producer.poll(0.005)
+            if left := self.producer.flush(120):
+                prod.fail(f"{left} messages undelivered after 120 s")
+
+        self._start_thread(loop)
+
+    def leader_seen(self, topic: str, partition: int) -> int | None:
+        # list_topics asks a broker through the producer's own connections and metadata cache
+        return self.producer.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
+
+    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+                ) -> tuple[Read, dict[int, int]]:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest"})
+        try:
+            c.subscribe([topic])
+            read: Read = {p: [] for p in range(PARTITIONS)}
+            deadline = time.monotonic() + 90
+            while not until(read):
+                assert time.monotonic() < deadline, f"read {total(read)} messages in 90 s"
+                for m in c.consume(500, 0.5):
+                    if m.error() is None:
+                        read[m.partition()].append((m.offset(), m.value()))
+            c.commit(asynchronous=False)
+            committed = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+            return read, {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+        finally:
+            c.close()
+
+
+class KafkaPython(ThreadedProducer):
+    name = "kafka-python"
+
+    def start_producing(self, bootstrap: str, topic: str, prod: Production, stop: threading.Event) -> None:
+        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                                      linger_ms=5, delivery_timeout_ms=120000)
+
+        def loop() -> None:
+            seq = 0
+            while not stop.is_set():
+                for p in range(PARTITIONS):
+                    v = value(p, seq)
+                    f = self.producer.send(topic, v, partition=p)
+                    f.add_callback(lambda md, v=v: prod.ack(md.partition, md.offset, v))
+                    f.add_errback(prod.fail)
+                seq += 1
+                time.sleep(0.005)
+            self.producer.flush(120)
+            self.producer.close(30)
+
+        self._start_thread(loop)
+
+    def leader_seen(self, topic: str, partition: int) -> int | None:
+        return self.producer._metadata.leader_for_partition(KpTP(topic, partition))  # noqa: SLF001
+
+    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+                ) -> tuple[Read, dict[int, int]]:
+        c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                          auto_offset_reset="earliest")
+        try:
+            c.subscribe([topic])
+            read: Read = {p: [] for p in range(PARTITIONS)}
+            deadline = time.monotonic() + 90
+            while not until(read):
+                assert time.monotonic() < deadline, f"read {total(read)} messages in 90 s"
+                for tp, records in c.poll(timeout_ms=500).items():
+                    read[tp.partition] += [(r.offset, r.value) for r in records]
+            c.commit()
+            committed = {p: c.committed(KpTP(topic, p)) for p in range(PARTITIONS)}
+            return read, {p: o for p, o in committed.items() if o is not None and o >= 0}
+        finally:
+            c.close(autocommit=False)
+
+
+class AioKafka:
+    """aiokafka's producer runs on an event loop in a thread of its own; its consumer on the
+    test's thread with asyncio.run."""
+
+    name = "aiokafka"
+
+    def start_producing(self, bootstrap: str, topic: str, prod: Production, stop: threading.Event) -> None:
+        started = threading.Event()
+        self.failure: BaseException | None = None
+
+        async def main() -> None:
+            self.producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                                             linger_ms=5, request_timeout_ms=60000)
+            await self.producer.start()
+            started.set()
+            try:
+                seq = 0
+                while not stop.is_set():
+                    for p in range(PARTITIONS):
+                        v = value(p, seq)
+                        fut = await self.producer.send(topic, v, partition=p)
+                        fut.add_done_callback(lambda f, v=v: prod.fail(f.exception()) if f.exception()
+                                              else prod.ack(f.result().partition, f.result().offset, v))
+                    seq += 1
+                    await asyncio.sleep(0.005)
+                await self.producer.flush()
+            finally:
+                await self.producer.stop()
+
+        def run() -> None:
+            try:
+                asyncio.run(main())
+            except BaseException as e:  # noqa: BLE001 - reported by join_producer
+                self.failure = e
+            finally:
+                started.set()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        started.wait(60)
+        assert self.failure is None, repr(self.failure)
+
+    def join_producer(self) -> None:
+        self.thread.join(150)
+        assert not self.thread.is_alive(), "the producer did not finish"
+        assert self.failure is None, repr(self.failure)
+
+    def leader_seen(self, topic: str, partition: int) -> int | None:
+        return self.producer.client.cluster.leader_for_partition(AioTP(topic, partition))
+
+    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+                ) -> tuple[Read, dict[int, int]]:
+        async def run() -> tuple[Read, dict[int, int]]:
+            c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                                 auto_offset_reset="earliest")
+            await c.start()
+            try:
+                read: Read = {p: [] for p in range(PARTITIONS)}
+                deadline = time.monotonic() + 90
+                while not until(read):
+                    assert time.monotonic() < deadline, f"read {total(read)} messages in 90 s"
+                    for tp, records in (await c.getmany(timeout_ms=500)).items():
+                        read[tp.partition] += [(r.offset, r.value) for r in records]
+                await c.commit()
+                committed = {p: await c.committed(AioTP(topic, p)) for p in range(PARTITIONS)}
+                return read, {p: o for p, o in committed.items() if o is not None and o >= 0}
+            finally:
+                await c.stop()
+
+        return asyncio.run(run())
+
+
+class Kcat:
+    """One ``kcat -P`` per partition fed through its stdin; -vvv reports each delivery with its
+    partition and offset, in order per partition. The consumer is ``kcat -G`` (librdkafka's
+    KafkaConsumer: offsets committed at close); kcat has no command to read a group's committed
+    offsets, so those are read with the gregor CLI."""
+
+    name = "kcat"
+
+    def __init__(self, cli_bootstrap: Callable[[], str]) -> None:
+        self.cli_bootstrap = cli_bootstrap
+        self.metadata_bootstrap = ""
+
+    def start_producing(self, bootstrap: str, topic: str, prod: Production, stop: threading.Event) -> None:
+        assert KCAT is not None
+        self.metadata_bootstrap = bootstrap
+        self.procs = [subprocess.Popen(
+            [KCAT, "-b", bootstrap, "-P", "-t", topic, "-p", str(p), "-v", "-v", "-v",
+             "-X", "acks=all", "-X", "enable.idempotence=true", "-X", "linger.ms=5",
+             "-X", "message.timeout.ms=120000"],
+            stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL) for p in range(PARTITIONS)]
+        delivered = re.compile(r"Message delivered to partition (\d+) \(offset (\d+)\)")
+
+        def reports(p: int, proc: subprocess.Popen[bytes]) -> None:
+            seq = 0
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                text = line.decode(errors="replace")
+                if m := delivered.search(text):
+                    prod.ack(int(m.group(1)), int(m.group(2)), value(p, seq))
+                    seq += 1
+                elif "Delivery failed" in text:
+                    prod.fail(f"kcat -p {p}: {text.strip()}")
+
+        def feed() -> None:
+            seq = 0
+            while not stop.is_set():
+                for p, proc in enumerate(self.procs):
+                    assert proc.stdin is not None
+                    proc.stdin.write(value(p, seq) + b"\n")
+                    proc.stdin.flush()
+                seq += 1
+                time.sleep(0.005)
+            for proc in self.procs:
+                assert proc.stdin is not None
+                proc.stdin.close()  # kcat flushes what it has and exits
+
+        self.threads = [threading.Thread(target=reports, args=(p, proc), daemon=True)
+                        for p, proc in enumerate(self.procs)]
+        self.threads.append(threading.Thread(target=feed, daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def join_producer(self) -> None:
+        for proc in self.procs:
+            assert proc.wait(150) == 0, f"kcat -P exited with {proc.returncode}"
+        for t in self.threads:
+            t.join(30)
+            assert not t.is_alive()
+
+    def leader_seen(self, topic: str, partition: int) -> int | None:
+        # kcat -L: librdkafka's metadata, from the first broker of the producers' bootstrap that answers
+        out = subprocess.run([KCAT, "-b", self.metadata_bootstrap, "-L", "-J", "-t", topic], capture_output=True,
+                             timeout=30)
+        if out.returncode:
+            return None
+        md = json.loads(out.stdout)
+        return next(p["leader"] for t in md["topics"] if t["topic"] == topic
+                    for p in t["partitions"] if p["partition"] == partition)
+
+    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+                ) -> tuple[Read, dict[int, int]]:
+        """``kcat -G`` until ``until(read)``, then SIGTERM: kcat closes the consumer, which commits
+        the offsets of the messages it handed over (all of them printed: -u, read to the end)."""
+        assert KCAT is not None
+        proc = subprocess.Popen([KCAT, "-b", bootstrap, "-G", group, "-X", "auto.offset.reset=earliest", "-u",
+                                 "-f", "%p %o %s\n", topic], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        read: Read = {p: [] for p in range(PARTITIONS)}
+        lock = threading.Lock()
+
+        def output() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                p, o, v = line.split()
+                with lock:
+                    read[int(p)].append((int(o), v))
+
+        reader = threading.Thread(target=output, daemon=True)
+        reader.start()
+        try:
+            def done() -> bool:
+                assert proc.poll() is None, f"kcat -G exited with {proc.returncode}: {proc.stderr.read().decode()}"  # type: ignore[union-attr]
+                with lock:
+                    return until(read)
+
+            wait_for(done, 90, f"kcat -G to read what it should ({total(read)} read)")
+        finally:
+            proc.terminate()
+            rc = proc.wait(60)
+            reader.join(30)
+        assert rc == 0, f"kcat -G exited with {rc}: {proc.stderr.read().decode()}"  # type: ignore[union-attr]
+        return read, {p: o for (t, p), o in cli_committed(self.cli_bootstrap(), group).items() if t == topic}
+
+
+def gregor_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gregor", *args], capture_output=True, text=True, timeout=60)
+
+
+def cli_committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets from ``gregor groups describe --json``."""
+    out = gregor_cli("groups", "describe", group, "--bootstrap-server", bootstrap, "--json")
+    assert out.returncode == 0, out.stderr
+    return {(r["topic"], r["partition"]): r["current_offset"] for r in json.loads(out.stdout)["offsets"]
+            if r["current_offset"] is not None}
+
+
+# -- the leader change, the same for every client ----------------------------------------------
+def produce_and_consume_through_a_leader_change(cluster: Any, client: Client, *, kill: bool,
+                                                producer_bootstrap: Callable[[int], str]) -> None:
+    topic = f"{client.name}-orders"
+    victim = create_topic(cluster.bootstrap, topic)[0]
+    group = group_coordinated_by(cluster.bootstrap, victim, f"{client.name}-group")
+    survivors = [i for i in cluster.ids if i != victim]
+    one_broker = cluster.broker(survivors[-1]).bootstrap
+
+    prod = Production()
+    stop = threading.Event()
+    client.start_producing(producer_bootstrap(victim), topic, prod, stop)
+    try:
+        wait_for(lambda: prod.count() >= BEFORE, what=f"{BEFORE} acknowledgements")
+        assert client.leader_seen(topic, 0) == victim
+        first, committed = client.consume(cluster.bootstrap, group, topic, lambda read: total(read) >= BEFORE // 2)
+        # (a partition assigned but not read yet has no commit, or a commit of 0, by library)
+        assert {p: committed.get(p, 0) for p in range(PARTITIONS)} == {p: len(first[p]) for p in range(PARTITIONS)}
+        assert sum(committed.values()) >= BEFORE // 2
+
+        if kill:
+            cluster.kill(victim)
+        else:
+            assert cluster.stop(victim) == 0  # a controlled shutdown: leadership moves before it exits
+        new_leader = wait_for(lambda: client.leader_seen(topic, 0) in survivors and client.leader_seen(topic, 0),
+                              what=f"{client.name}'s metadata to name a new leader of partition 0")
+        assert leaders(one_broker, topic)[0][0] == new_leader
+        on_new_leader = prod.count(0)
+        wait_for(lambda: prod.count(0) >= on_new_leader + AFTER, what=f"{AFTER} acknowledgements from the new leader")
+    finally:
+        stop.set()
+    client.join_producer()
+
+    ends = log_ends(one_broker, topic)
+    assert coordinator_of(one_broker, group) in survivors  # the group's coordinator moved with its partition
+    second, committed_after = client.consume(one_broker, group, topic, read_to(ends, committed))
+    check_everything_read_once_in_order(prod, ends, first, committed, second)
+    assert committed_after == ends
+
+
+def test_confluent_kafka_through_a_leader_sigkill(cluster_factory):
+    cluster = cluster_factory(3, overrides=OVERRIDES)
+    produce_and_consume_through_a_leader_change(cluster, Confluent(), kill=True,
+                                                producer_bootstrap=lambda _victim: cluster.bootstrap)
+
+
+def test_kafka_python_through_a_controlled_shutdown_of_the_leader(cluster_factory):
+    cluster = cluster_factory(3, overrides=OVERRIDES)
+    # bootstrapped from one broker that stays: it must learn the others from Metadata
+    produce_and_consume_through_a_leader_change(
+        cluster, KafkaPython(), kill=False,
+        producer_bootstrap=lambda victim: cluster.broker(next(i for i in cluster.ids if i != victim)).bootstrap)
+
+
+def test_aiokafka_through_a_leader_sigkill_bootstrapped_from_that_leader(cluster_factory):
+    cluster = cluster_factory(3, overrides=OVERRIDES)
+    # bootstrapped from the broker that dies: only what Metadata told the client is left
+    produce_and_consume_through_a_leader_change(cluster, AioKafka(), kill=True,
+                                                producer_bootstrap=lambda victim: cluster.broker(victim).bootstrap)
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat is installed by `make setup`")
+def test_kcat_through_a_controlled_shutdown_of_the_leader(cluster_factory):
+    cluster = cluster_factory(3, overrides=OVERRIDES)
+    client = Kcat(cli_bootstrap=lambda: cluster.broker(cluster.alive_ids()[0]).bootstrap)
+    produce_and_consume_through_a_leader_change(cluster, client, kill=False,
+                                                producer_bootstrap=lambda _victim: cluster.bootstrap)
