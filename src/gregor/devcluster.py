@@ -21,7 +21,9 @@ Exit codes: 0 after a stop by signal, 2 for bad arguments or a port in use, 1 wh
 a broker fails to start, ZooKeeper dies, or Java or ZooKeeper is not installed.
 
 The ZooKeeper parts (``zoo_cfg``, ``zookeeper_command``, ``zookeeper_serving``) are also what
-the tests' ZooKeeper server (tests/support/zookeeper.py) runs.
+the tests' ZooKeeper server (tests/support/zookeeper.py) runs; ``build_plan`` and
+``DevCluster.start``/``kill_broker``/``restart_broker``/``kill_all`` are how bench/cluster.py
+runs its clusters.
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ ZOOKEEPER_STOP_TIMEOUT_S = 10.0
 
 class SetupError(Exception):
     """Java or ZooKeeper is not installed."""
+
+
+class StartError(Exception):
+    """A port is in use, or ZooKeeper or a broker did not start (the message says which and why)."""
 
 
 # -- ZooKeeper ----------------------------------------------------------------------------------
@@ -273,19 +279,29 @@ def parse_plan(argv: list[str] | None = None) -> Plan:
         if len(names) > n:
             parser.error(f"--racks names {len(names)} racks for {n} brokers")
         racks = list(names)
-    plan = Plan(args.data_dir, args.zookeeper_port, [], args.quiet)
-    for i in range(n):
-        broker_id, port, rack = i + 1, args.base_port + i, racks[i % len(racks)]
-        data = args.data_dir / f"broker-{broker_id}"
+    try:
+        return build_plan(args.data_dir, args.zookeeper_port, list(range(args.base_port, args.base_port + n)),
+                          overrides, racks, args.quiet)
+    except ConfigError as e:
+        parser.error(f"--override: {e}")
+
+
+def build_plan(data_dir: Path, zookeeper_port: int, broker_ports: list[int], overrides: Mapping[str, str] | None = None,
+               racks: list[str | None] | None = None, quiet: bool = False) -> Plan:
+    """The plan of a cluster with one broker per port in ``broker_ports`` (broker ids 1, 2, ...),
+    ``racks`` given round-robin, ``overrides`` for every broker after devcluster's own keys;
+    ConfigError when a broker's settings are not valid."""
+    racks = racks or [None]
+    plan = Plan(data_dir, zookeeper_port, [], quiet)
+    for i, port in enumerate(broker_ports):
+        broker_id, rack = i + 1, racks[i % len(racks)]
+        data = data_dir / f"broker-{broker_id}"
         settings = {"broker.id": str(broker_id), "listeners": f"PLAINTEXT://{HOST}:{port}",
                     "log.dirs": str(data.resolve()), "zookeeper.connect": plan.zookeeper_connect}
         if rack is not None:
             settings["broker.rack"] = rack
-        settings.update(overrides)
-        try:
-            BrokerConfig.from_mapping(settings)
-        except ConfigError as e:
-            parser.error(f"--override: {e}")
+        settings.update(overrides or {})
+        BrokerConfig.from_mapping(settings)
         plan.brokers.append(BrokerSpec(broker_id, port, data, rack, settings))
     return plan
 
@@ -350,7 +366,8 @@ class LogFollower(threading.Thread):
 
 def _die_with_parent() -> Callable[[], None] | None:
     """A preexec function that has the child get SIGTERM when this process dies (Linux); None
-    elsewhere. Children are spawned before any thread of this process starts."""
+    elsewhere. (Linux sends it when the thread that spawned the child ends: children are spawned
+    from the main thread, ``make cluster``'s before any other thread starts.)"""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -404,11 +421,16 @@ class Child:
 
 
 class DevCluster:
+    """The processes of a plan. ``run()`` is ``make cluster``: start, show, stop on a signal.
+    Programs that drive a cluster themselves (bench/cluster.py) call ``start()``, then
+    ``kill_broker``/``restart_broker`` as they need, and ``kill_all()`` or ``stop()`` at the end."""
+
     def __init__(self, plan: Plan, out: IO[str], err: IO[str]) -> None:
         self.plan = plan
         self.out = Output(out, err)
         self.stop_requested = threading.Event()
         self.signals = 0
+        self.failure = ""  # why the last start failed, as said on the terminal
         self.cfg_path = plan.zookeeper_dir / "zoo.cfg"
         self.zookeeper = Child("ZooKeeper", "[zk]", [], plan.zookeeper_log)
         self.brokers = [Child(b.name, f"[{b.name}]", b.command(), b.log_path) for b in plan.brokers]
@@ -420,9 +442,12 @@ class DevCluster:
             for c in [*self.brokers, self.zookeeper]:
                 c.signal(signal.SIGKILL)
 
-    def run(self) -> int:
-        busy = [(p, what) for p, what in [(self.plan.zookeeper_port, "ZooKeeper")]
+    def _busy_ports(self) -> list[tuple[int, str]]:
+        return [(p, what) for p, what in [(self.plan.zookeeper_port, "ZooKeeper")]
                 + [(b.port, b.name) for b in self.plan.brokers] if port_in_use(p)]
+
+    def run(self) -> int:
+        busy = self._busy_ports()
         if busy:
             for p, what in busy:
                 self.out.error(f"port {p} ({what}) is in use on {HOST}: stop what listens there "
@@ -442,22 +467,8 @@ class DevCluster:
 
     def _run(self) -> int:
         plan = self.plan
-        write_zoo_cfg(self.cfg_path, plan.zookeeper_dir, plan.zookeeper_port)
-        for spec in plan.brokers:
-            spec.data_dir.mkdir(parents=True, exist_ok=True)
-        self.zookeeper.spawn()
-        if not self._wait(self.zookeeper, lambda: zookeeper_serving(plan.zookeeper_port)):
+        if not self._start(follow=not plan.quiet):
             return 0 if self.stop_requested.is_set() else 1
-        for b in self.brokers:
-            b.spawn()
-        # threads only from here on: every child has been forked
-        if not plan.quiet:
-            for c in [self.zookeeper, *self.brokers]:
-                c.follow(self.out)
-        for child, spec in zip(self.brokers, plan.brokers, strict=True):
-            watch = LogWatch(child.log_path, child.offset)
-            if not self._wait(child, partial(watch.seen, broker_ready_text(spec.broker_id))):
-                return 0 if self.stop_requested.is_set() else 1
         self._summary()
         while not self.stop_requested.wait(0.2):
             if not self.zookeeper.alive():
@@ -474,24 +485,52 @@ class DevCluster:
         self.out.say("stopping the brokers (controlled shutdown), then ZooKeeper")
         return 0
 
+    def _start(self, follow: bool) -> bool:
+        """Spawn ZooKeeper, wait until it serves, spawn the brokers (then, with ``follow``, show
+        the logs) and wait until each is ready; False when something did not start."""
+        plan = self.plan
+        write_zoo_cfg(self.cfg_path, plan.zookeeper_dir, plan.zookeeper_port)
+        for spec in plan.brokers:
+            spec.data_dir.mkdir(parents=True, exist_ok=True)
+        self.zookeeper.spawn()
+        if not self._wait(self.zookeeper, lambda: zookeeper_serving(plan.zookeeper_port)):
+            return False
+        for b in self.brokers:
+            b.spawn()
+        # threads only from here on: every child has been forked
+        if follow:
+            for c in [self.zookeeper, *self.brokers]:
+                c.follow(self.out)
+        return all(self._wait_ready(spec.broker_id) for spec in plan.brokers)
+
+    def _wait_ready(self, broker_id: int) -> bool:
+        child = self.broker(broker_id)
+        watch = LogWatch(child.log_path, child.offset)
+        return self._wait(child, partial(watch.seen, broker_ready_text(broker_id)))
+
     def _wait(self, child: Child, ready: Callable[[], bool]) -> bool:
         """Wait until ``ready()``; False (with the reason said) when the child exits, the start
         times out or a stop is requested."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ready():
             if self.stop_requested.is_set():
+                self.failure = "a stop was requested"
                 return False
             if not child.alive():
                 assert child.proc is not None
                 child.reported = True
-                self.out.error(f"{child.name} exited with code {child.proc.returncode} while starting; "
-                             f"the end of {child.log_path}:\n{child.tail()}")
+                self._fail(f"{child.name} exited with code {child.proc.returncode} while starting; "
+                           f"the end of {child.log_path}:\n{child.tail()}")
                 return False
             if time.monotonic() > deadline:
-                self.out.error(f"{child.name} did not start within {START_TIMEOUT_S:.0f} s (log {child.log_path})")
+                self._fail(f"{child.name} did not start within {START_TIMEOUT_S:.0f} s (log {child.log_path})")
                 return False
             time.sleep(0.05)
         return True
+
+    def _fail(self, why: str) -> None:
+        self.failure = why
+        self.out.error(why)
 
     def _summary(self) -> None:
         p = self.plan
@@ -504,6 +543,57 @@ class DevCluster:
         if p.quiet:
             self.out.say(f"logs: tail -F {p.data_dir}/*.log")
         self.out.say("Ctrl-C stops the brokers (controlled shutdown), then ZooKeeper")
+
+    # -- driven by a program ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start ZooKeeper and every broker and wait until each broker is ready, with no signal
+        handling and no log shown: the caller stops everything (``kill_all()`` or ``stop()``,
+        also after a failed start). StartError when a port is in use or a process did not
+        start; SetupError when Java or ZooKeeper is missing."""
+        busy = self._busy_ports()
+        if busy:
+            raise StartError(", ".join(f"port {p} ({what}) is in use on {HOST}" for p, what in busy))
+        self.zookeeper.command = zookeeper_command(self.cfg_path)
+        if not self._start(follow=False):
+            raise StartError(self.failure)
+
+    def broker(self, broker_id: int) -> Child:
+        if not 1 <= broker_id <= len(self.brokers):
+            raise KeyError(f"no broker {broker_id} in a cluster of {len(self.brokers)}")
+        return self.brokers[broker_id - 1]
+
+    def kill_broker(self, broker_id: int) -> None:
+        """SIGKILL one broker and wait until it is gone (its ZooKeeper session stays until it expires)."""
+        child = self.broker(broker_id)
+        child.signal(signal.SIGKILL)
+        if child.proc is not None:
+            child.proc.wait()
+
+    def restart_broker(self, broker_id: int) -> None:
+        """Start a broker that is not running (same id, port and data) and wait until it is ready;
+        StartError when it does not start."""
+        child = self.broker(broker_id)
+        if child.alive():
+            raise StartError(f"{child.name} is running")
+        child.reported = False
+        child.spawn()
+        if not self._wait_ready(broker_id):
+            raise StartError(self.failure)
+
+    def stop(self) -> None:
+        """Stop the brokers with SIGTERM (controlled shutdown), then ZooKeeper, as ``make cluster`` does."""
+        self._stop_all()
+
+    def kill_all(self) -> None:
+        """SIGKILL the brokers and ZooKeeper and wait for them: the quick end of a throwaway cluster."""
+        for c in [*self.brokers, self.zookeeper]:
+            c.signal(signal.SIGKILL)
+        for c in [*self.brokers, self.zookeeper]:
+            if c.proc is not None:
+                c.proc.wait()
+            if c.follower is not None:
+                c.follower.finish()
 
     def _stop_all(self) -> None:
         for c in self.brokers:
