@@ -1,0 +1,584 @@
+"""Faults in a cluster of real processes (issue 12; Kafka 2.8's ZooKeeper mode is the reference):
+brokers SIGKILLed under a continuous idempotent acks=all load, the controller killed while it
+initialises a new topic and while it elects leaders, and ZooKeeper down for 30 s under load.
+
+What the tests check at the end: every acknowledged record is read exactly once, at the offset it
+was acknowledged with, in the order it was produced, offsets without gaps; and once every replica
+is back in the ISR, the replicas' log files hold the same bytes up to the high watermark (read from
+the brokers' data directories, batch by batch).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
+
+from gregor.cluster.zk import znodes as zn
+from gregor.protocol import record_batch as rb
+from tests.cluster.test_replication import create_topic
+from tests.support.cluster import BrokerCluster
+
+pytestmark = pytest.mark.timeout(300)
+
+FAST = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "10000",
+        "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "200",
+        "controlled.shutdown.retry.backoff.ms": "500", "leader.imbalance.check.interval.seconds": "3600",
+        "offsets.topic.num.partitions": "3"}  # the check consumers' group creates it: keep it small
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 30, what: str = "condition",
+             interval: float = 0.1) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+# -- ZooKeeper's view -------------------------------------------------------------------------------
+def states(zk: KazooClient, topic: str, partitions: int) -> dict[int, zn.PartitionState | None]:
+    """Each partition's state node (None: not there)."""
+    out: dict[int, zn.PartitionState | None] = {}
+    for p in range(partitions):
+        path = zn.state_path(topic, p)
+        got = zk.exists(path) and zk.get(path)
+        out[p] = zn.PartitionState.decode(got[0], got[1].version, path) if got else None
+    return out
+
+
+def controller_of(zk: KazooClient) -> int:
+    got = zk.exists(zn.CONTROLLER) and zk.get(zn.CONTROLLER)
+    return zn.decode_controller(got[0]) if got else -1
+
+
+def controller_epoch(zk: KazooClient) -> int:
+    return zn.decode_controller_epoch(zk.get(zn.CONTROLLER_EPOCH)[0])
+
+
+def registered(zk: KazooClient) -> list[int]:
+    return sorted(int(c) for c in zk.get_children(zn.BROKERS_IDS))
+
+
+def start_cluster(cluster_factory: Callable[..., BrokerCluster], size: int = 3, **kw: object) -> BrokerCluster:
+    """A cluster whose brokers all name the controller in Metadata. A broker is ready before the
+    first controller is elected; librdkafka's admin client that reads controller -1 from its first
+    Metadata waits for a broker state change, not for a metadata refresh, and its CreateTopics
+    would time out."""
+    cluster = cluster_factory(size, overrides=FAST, **kw)
+    for b in cluster.ids:
+        admin = AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap})
+        wait_for(lambda admin=admin: admin.list_topics(timeout=10).controller_id >= 0, 30,
+                 f"broker {b} to know the controller")
+    return cluster
+
+
+def wait_states(cluster: BrokerCluster, topic: str, partitions: int,
+                ok: Callable[[zn.PartitionState], bool], timeout: float, what: str
+                ) -> dict[int, zn.PartitionState]:
+    """Until every partition has a state node satisfying ``ok``; the states."""
+    with cluster.zk_client() as zk:
+        def check() -> dict[int, zn.PartitionState] | None:
+            sts = states(zk, topic, partitions)
+            return sts if all(st is not None and ok(st) for st in sts.values()) else None  # type: ignore[return-value]
+        return wait_for(check, timeout, what, 0.2)  # type: ignore[return-value]
+
+
+def wait_full_isr(cluster: BrokerCluster, topic: str, partitions: int, replicas: int = 3,
+                  timeout: float = 90) -> dict[int, zn.PartitionState]:
+    return wait_states(cluster, topic, partitions, lambda st: st.leader >= 0 and len(st.isr) == replicas, timeout,
+                       f"every partition of {topic} with a leader and {replicas} replicas in the ISR")
+
+
+# -- load -------------------------------------------------------------------------------------------
+class ContinuousProducer:
+    """A producer in a thread sending ``b"<partition>:<seq>"`` to each partition in turn until
+    stopped, with at most ``max_outstanding`` records of a partition unanswered, retrying for as long as it takes
+    (message.timeout.ms of 5 min). ``acked[p]`` lists the (offset, value) of each record
+    acknowledged on partition p, in the order of the acknowledgements."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, acks: str = "all", idempotent: bool = True,
+                 max_outstanding: int = 100, pause_s: float = 0.002) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.config = {"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": idempotent,
+                       "message.timeout.ms": 300000, "linger.ms": 5, "retry.backoff.ms": 100,
+                       "error_cb": self._on_error}
+        self.max_outstanding = max_outstanding
+        self.pause_s = pause_s
+        self.acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+        self.failed: list[str] = []  # delivery errors
+        self._failed = [0] * partitions
+        self.fatal: list[str] = []  # fatal client errors (an idempotent producer's broken guarantees)
+        self.unflushed = -1
+        self._count = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"producer-{topic}", daemon=True)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self.fatal.append(str(err))
+
+    def _done(self, err: KafkaError | None, msg: object) -> None:
+        with self._lock:
+            if err is not None:
+                self.failed.append(str(err))
+                self._failed[msg.partition()] += 1  # type: ignore[attr-defined]
+            else:
+                self.acked[msg.partition()].append((msg.offset(), msg.value()))  # type: ignore[attr-defined]
+                self._count += 1
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return self._count
+
+    def start(self) -> ContinuousProducer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        producer = Producer(self.config)
+        seq = [0] * self.partitions
+        i = 0
+        while not self._stop.is_set():
+            with self._lock:
+                outstanding = [seq[p] - len(self.acked[p]) - self._failed[p] for p in range(self.partitions)]
+            # a partition that cannot take writes (no leader, NOT_ENOUGH_REPLICAS) holds up only itself
+            ready = [p for p in range(self.partitions) if outstanding[p] < self.max_outstanding]
+            if not ready:
+                producer.poll(0.05)
+                continue
+            p = min(ready, key=lambda q: (q - i) % self.partitions)  # the next ready one in turn
+            try:
+                producer.produce(self.topic, f"{p}:{seq[p]:09d}".encode(), partition=p, on_delivery=self._done)
+            except BufferError:
+                producer.poll(0.1)
+                continue
+            seq[p] += 1
+            i = p + 1
+            producer.poll(0)
+            time.sleep(self.pause_s)
+        self.unflushed = producer.flush(120)
+
+    def wait_acked(self, more: int, timeout: float, what: str) -> int:
+        """Until ``more`` acknowledgements past the current count; the new count."""
+        target = self.count + more
+        wait_for(lambda: self.count >= target or self.fatal, timeout, what)
+        assert not self.fatal, self.fatal
+        return self.count
+
+    def stop(self) -> None:
+        """Stop producing and wait until every record sent is answered."""
+        self._stop.set()
+        self._thread.join(150)
+        assert not self._thread.is_alive(), "the producer did not finish flushing"
+        assert self.unflushed == 0, f"{self.unflushed} records were never answered"
+
+
+# -- checks -----------------------------------------------------------------------------------------
+def consume_to_end(bootstrap: str, topic: str, partitions: int, timeout: float = 90
+                   ) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record of every partition from offset 0 to the high watermark (as the leaders
+    answer ListOffsets now), as (offset, value)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "error", "fetch.wait.max.ms": 100})
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in range(partitions)}
+        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+        todo = {p for p in range(partitions) if ends[p] > 0}
+        c.assign([TopicPartition(topic, p, 0) for p in sorted(todo)])
+        deadline = time.monotonic() + timeout
+        while todo:
+            assert time.monotonic() < deadline, f"consumed only {[(p, len(out[p])) for p in todo]} of {ends}"
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            p = m.partition()
+            if m.offset() < ends[p]:
+                out[p].append((m.offset(), m.value()))
+            if m.offset() >= ends[p] - 1:
+                todo.discard(p)
+        return out
+    finally:
+        c.close()
+
+
+def seq_of(value: bytes) -> int:
+    return int(value.split(b":")[1])
+
+
+def check_read_exactly_once(bootstrap: str, prod: ContinuousProducer) -> dict[int, int]:
+    """Every acknowledged record is read once, at its acknowledged offset, in the order produced,
+    with no gap in the offsets; returns the number of records of each partition."""
+    got = consume_to_end(bootstrap, prod.topic, prod.partitions)
+    for p in range(prod.partitions):
+        offsets = [o for o, _ in got[p]]
+        values = [v for _, v in got[p]]
+        assert offsets == list(range(len(offsets))), f"partition {p}: offsets are not contiguous from 0"
+        assert len(set(values)) == len(values), f"partition {p}: a record was written twice"
+        seqs = [seq_of(v) for v in values]
+        assert all(v.startswith(f"{p}:".encode()) for v in values)
+        assert seqs == sorted(seqs), f"partition {p}: records out of the order they were produced in"
+        at = dict(got[p])
+        lost = [(o, v) for o, v in prod.acked[p] if at.get(o) != v]
+        assert not lost, f"partition {p}: acknowledged records not read back at their offsets: {lost[:5]}"
+        if not prod.failed:  # every record sent was acknowledged: nothing else may be in the log
+            assert len(values) == len(prod.acked[p]), (
+                f"partition {p}: {len(values)} records in the log, {len(prod.acked[p])} acknowledged")
+    return {p: len(got[p]) for p in got}
+
+
+def check_acks_1(bootstrap: str, prod: ContinuousProducer, kept_leader: set[int]) -> dict[int, int]:
+    """acks=1 without idempotence promises less: offsets without gaps, and the acknowledged
+    records of the partitions in ``kept_leader`` (never led by another replica: nothing truncated)
+    read back at their offsets. Returns the number of records of each partition."""
+    got = consume_to_end(bootstrap, prod.topic, prod.partitions)
+    for p in range(prod.partitions):
+        assert [o for o, _ in got[p]] == list(range(len(got[p]))), f"partition {p}: offsets are not contiguous from 0"
+        if p in kept_leader:
+            at = dict(got[p])
+            lost = [(o, v) for o, v in prod.acked[p] if at.get(o) != v]
+            assert not lost, f"partition {p}: acknowledged records not read back at their offsets: {lost[:5]}"
+    return {p: len(got[p]) for p in got}
+
+
+def log_prefix(data_dir: Path, topic: str, partition: int, hwm: int) -> bytes:
+    """The bytes of the replica's batches below ``hwm``, read from its segment files (which must
+    end a batch exactly at ``hwm``)."""
+    out = bytearray()
+    next_offset = 0
+    for seg in sorted((data_dir / f"{topic}-{partition}").glob("*.log")):
+        buf = seg.read_bytes()
+        pos = 0
+        while pos + rb.HEADER_SIZE <= len(buf) and next_offset < hwm:
+            h = rb.read_header(buf, pos)
+            assert h.base_offset == next_offset, (
+                f"{seg}: batch at byte {pos} starts at offset {h.base_offset}, expected {next_offset}")
+            if h.next_offset > hwm:
+                raise AssertionError(f"{seg}: the batch at offset {h.base_offset} straddles the high watermark {hwm}")
+            out += buf[pos:pos + h.size]
+            pos += h.size
+            next_offset = h.next_offset
+    assert next_offset == hwm, f"{data_dir}: {topic}-{partition} holds offsets below {next_offset} only, " \
+                               f"the high watermark is {hwm}"
+    return bytes(out)
+
+
+def check_replicas_identical(cluster: BrokerCluster, topic: str, partitions: int, expected: dict[int, int]) -> None:
+    """With every replica in the ISR (the caller waited for it) and nothing being produced: the
+    leader's high watermark is ``expected[p]`` and every replica's log holds the same bytes up to it."""
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "hwm"})
+    try:
+        hwms = {p: c.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in range(partitions)}
+    finally:
+        c.close()
+    assert hwms == expected, "the high watermarks moved after the records were read"
+    with cluster.zk_client() as zk:
+        assignment = zn.TopicAssignment.decode(topic, zk.get(zn.topic_path(topic))[0]).partitions
+    for p in range(partitions):
+        prefixes = {b: log_prefix(cluster.broker(b).data_dir, topic, p, hwms[p]) for b in assignment[p]}
+        sizes = {b: len(x) for b, x in prefixes.items()}
+        assert len(set(prefixes.values())) == 1, f"{topic}-{p}: the replicas differ below the high watermark " \
+                                                  f"{hwms[p]} (sizes {sizes})"
+
+
+def dead_and_gone(cluster: BrokerCluster, broker_id: int, timeout: float = 30) -> None:
+    """Until the killed broker's registration is gone (its session expired)."""
+    with cluster.zk_client() as zk:
+        wait_for(lambda: broker_id not in registered(zk), timeout, f"broker {broker_id}'s session to expire")
+
+
+# -- the tests --------------------------------------------------------------------------------------
+def test_two_brokers_killed_under_acks_all_load_lose_nothing_acknowledged(cluster_factory):
+    cluster = start_cluster(cluster_factory)
+    topic, parts = "load", 3
+    create_topic(cluster.bootstrap, topic, parts, 3, {"min.insync.replicas": "2"})
+    before = wait_full_isr(cluster, topic, parts)
+    prod = ContinuousProducer(cluster.bootstrap, topic, parts).start()
+    prod.wait_acked(300, 60, "acknowledgements before any fault")
+
+    first = before[0].leader
+    cluster.kill(first)
+    # the controller takes it out of every ISR; two replicas are enough for min.insync.replicas=2
+    wait_states(cluster, topic, parts, lambda st: st.leader not in (first, zn.NO_LEADER) and first not in st.isr,
+                30, f"leaders other than broker {first} and ISRs without it")
+    prod.wait_acked(300, 60, "acknowledgements with one broker down")
+
+    second, survivor = [b for b in cluster.ids if b != first]
+    cluster.kill(second)
+    # the last ISR member stays: each partition is led by the survivor alone, or offline
+    wait_states(cluster, topic, parts,
+                lambda st: (st.leader == survivor and st.isr == [survivor]) or st.leader == zn.NO_LEADER,
+                30, f"broker {survivor} alone in the ISRs")
+    # NOT_ENOUGH_REPLICAS now: nothing is acknowledged, the producer retries
+    time.sleep(0.5)  # a leader hears of its ISR change through its watch shortly after ZooKeeper has it
+    stalled = prod.count
+    time.sleep(2)
+    assert prod.count == stalled, "acks=all was acknowledged with one replica in the ISR (min.insync.replicas=2)"
+
+    cluster.restart(first, timeout=60)
+    cluster.restart(second, timeout=60)
+    wait_full_isr(cluster, topic, parts)
+    prod.wait_acked(300, 90, "acknowledgements after both brokers returned")
+    prod.stop()
+    assert not prod.failed and not prod.fatal, (prod.failed[:5], prod.fatal)
+    counts = check_read_exactly_once(cluster.bootstrap, prod)
+    assert sum(counts.values()) == prod.count
+    wait_full_isr(cluster, topic, parts)
+    check_replicas_identical(cluster, topic, parts, counts)
+
+
+def produce_one_each(bootstrap: str, topic: str, partitions: int, value: bytes) -> dict[int, int]:
+    """One acks=all record to each partition; the offset of each (every one must be acknowledged)."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "message.timeout.ms": 60000, "linger.ms": 5})
+    offsets: dict[int, int] = {}
+    errors: list[str] = []
+
+    def done(err: KafkaError | None, msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            offsets[msg.partition()] = msg.offset()  # type: ignore[attr-defined]
+
+    for i in range(partitions):
+        p.produce(topic, value, partition=i, on_delivery=done)
+    assert p.flush(90) == 0
+    assert not errors, errors[:5]
+    return offsets
+
+
+def read_at(bootstrap: str, topic: str, offsets: dict[int, int], timeout: float = 60) -> dict[int, bytes]:
+    """The value at ``offsets[p]`` of each partition p."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "error"})
+    try:
+        c.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+        out: dict[int, bytes] = {}
+        deadline = time.monotonic() + timeout
+        while len(out) < len(offsets) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            if m.offset() == offsets[m.partition()]:
+                out[m.partition()] = m.value()
+        return out
+    finally:
+        c.close()
+
+
+def metadata_agrees(bootstrap: str, topic: str, expected: dict[int, zn.PartitionState]) -> bool:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or len(t.partitions) != len(expected):
+        return False
+    return all(t.partitions[p].leader == st.leader and sorted(t.partitions[p].isrs) == sorted(st.isr)
+               for p, st in expected.items())
+
+
+@pytest.mark.parametrize("kill_when", ["topic written", "initialising"])
+def test_controller_killed_while_a_new_topic_is_created(cluster_factory, kill_when):
+    """SIGKILL the controller as soon as the topic's node is in ZooKeeper (CreateTopics went to the
+    controller, which wrote it), or as soon as the controller starts writing the partitions' nodes."""
+    cluster = start_cluster(cluster_factory)
+    topic, parts = "wide", 50
+    watched = zn.topic_path(topic) if kill_when == "topic written" else zn.partitions_path(topic)
+    with cluster.zk_client() as zk:
+        controller = controller_of(zk)
+        epoch = controller_epoch(zk)
+        pid = cluster.broker(controller).proc.pid
+        killed = threading.Event()
+
+        def on_node(data: bytes | None, stat: object) -> bool | None:
+            # the controller creates /brokers/topics/<t>/partitions right before the state nodes
+            if stat is not None and not killed.is_set():
+                os.kill(pid, signal.SIGKILL)
+                killed.set()
+                return False
+            return None
+
+        zk.DataWatch(watched, on_node)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(topic, parts, 3)], operation_timeout=30)  # goes to the controller
+        assert killed.wait(30), "the controller did not start initialising the topic"
+        cluster.kill(controller)
+        initialised = sum(st is not None for st in states(zk, topic, parts).values())
+        survivors = [b for b in cluster.ids if b != controller]
+        wait_for(lambda: controller_of(zk) in survivors, 30, "a new controller")
+        assert controller_epoch(zk) > epoch
+
+    live = set(survivors)
+    after = wait_states(cluster, topic, parts, lambda st: st.leader in live and set(st.isr) <= live
+                        and st.leader in st.isr, 60,
+                        f"every partition led by a live broker with live ISRs ({initialised} of {parts} "
+                        "had a state when the controller died)")
+    bootstrap = ",".join(cluster.broker(b).bootstrap for b in survivors)
+    wait_for(lambda: metadata_agrees(bootstrap, topic, after), 30, "Metadata to agree with ZooKeeper")
+    offsets = produce_one_each(bootstrap, topic, parts, b"while one broker is down")
+    assert read_at(bootstrap, topic, offsets) == {p: b"while one broker is down" for p in range(parts)}
+
+    cluster.restart(controller, timeout=60)
+    full = wait_full_isr(cluster, topic, parts)
+    assert all(controller in st.isr for st in full.values())
+    wait_for(lambda: metadata_agrees(cluster.bootstrap, topic, full), 30, "Metadata to agree with ZooKeeper")
+    offsets = produce_one_each(cluster.bootstrap, topic, parts, b"all back")
+    assert read_at(cluster.bootstrap, topic, offsets) == {p: b"all back" for p in range(parts)}
+
+
+def test_controller_killed_during_a_leader_election(cluster_factory):
+    """A broker that leads many partitions is SIGKILLed; when its session expires the controller
+    starts electing new leaders, and is SIGKILLed as soon as its first election is in ZooKeeper.
+    The next controller finishes: every partition is led by a live member of its ISR, with a
+    higher leader epoch; nothing acknowledged is lost."""
+    cluster = start_cluster(cluster_factory, 4)
+    topic, parts = "elect", 24
+    create_topic(cluster.bootstrap, topic, parts, 3, {"min.insync.replicas": "2"})
+    before = wait_full_isr(cluster, topic, parts)
+    prod = ContinuousProducer(cluster.bootstrap, topic, parts).start()
+    prod.wait_acked(500, 60, "acknowledgements before any fault")
+    with cluster.zk_client() as zk:
+        before = states(zk, topic, parts)  # type: ignore[assignment]
+        controller = controller_of(zk)
+        epoch = controller_epoch(zk)
+        led: dict[int, list[int]] = {}
+        for p, st in before.items():
+            led.setdefault(st.leader, []).append(p)
+        victim = max((b for b in cluster.ids if b != controller), key=lambda b: len(led.get(b, [])))
+        assert len(led[victim]) >= 4, led
+        pid = cluster.broker(controller).proc.pid
+        killed = threading.Event()
+        seen_first: list[bool] = []
+
+        def on_state(data: bytes | None, stat: object) -> bool | None:
+            if not seen_first:  # the node as it is when watched
+                seen_first.append(True)
+                return None
+            if data and zn.PartitionState.decode(data, 0).leader != victim and not killed.is_set():
+                os.kill(pid, signal.SIGKILL)  # the controller's first election is written
+                killed.set()
+                return False
+            return None
+
+        zk.DataWatch(zn.state_path(topic, led[victim][0]), on_state)
+        cluster.kill(victim)
+        assert killed.wait(30), "the controller elected no new leader"
+        cluster.kill(controller)
+        at_kill = states(zk, topic, parts)
+        survivors = [b for b in cluster.ids if b not in (victim, controller)]
+        wait_for(lambda: controller_of(zk) in survivors, 30, "a new controller")
+        assert controller_epoch(zk) == epoch + 1
+
+    live = set(survivors)
+    after = wait_states(cluster, topic, parts, lambda st: st.leader in live and set(st.isr) <= live
+                        and st.leader in st.isr, 60, "every partition led by a live ISR member, the dead out "
+                        f"of the ISRs (the dying controller wrote {sum(s != before[p] for p, s in at_kill.items())} "
+                        f"of {parts} states)")
+    for p, st in after.items():
+        assert st.leader in before[p].isr, f"partition {p}: leader {st.leader} was not in the ISR {before[p].isr}"
+        assert st.leader_epoch > before[p].leader_epoch, f"partition {p}: {before[p]} -> {st}"
+        assert st.controller_epoch == epoch + 1 or st == at_kill[p], f"partition {p}: {before[p]} -> {st}"
+    prod.wait_acked(300, 60, "acknowledgements with two brokers down")
+
+    cluster.restart(victim, timeout=60)
+    cluster.restart(controller, timeout=60)
+    wait_full_isr(cluster, topic, parts, timeout=120)
+    prod.wait_acked(300, 90, "acknowledgements after both brokers returned")
+    prod.stop()
+    assert not prod.failed and not prod.fatal, (prod.failed[:5], prod.fatal)
+    counts = check_read_exactly_once(cluster.bootstrap, prod)
+    assert sum(counts.values()) == prod.count
+    wait_full_isr(cluster, topic, parts)
+    check_replicas_identical(cluster, topic, parts, counts)
+
+
+def leaders_from_metadata(bootstrap: str, topic: str) -> dict[int, int]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p: pm.leader for p, pm in md.topics[topic].partitions.items()}
+
+
+@pytest.mark.parametrize("outage", ["killed", "hung"])
+def test_zookeeper_down_for_30_seconds_under_load(cluster_factory, zookeeper_factory, outage):
+    """ZooKeeper gone for 30 s, much longer than the brokers' 4 s sessions, under acks=all and
+    acks=1 load: SIGKILLed then started again over the same data ("killed": the server restores
+    the sessions from its data with a fresh timeout, so the brokers resume them), or SIGSTOPped
+    then SIGCONTed ("hung": the server expires every session at once, the brokers register again
+    and a controller is elected again). Meanwhile the leaders go on serving produce and fetch
+    with the leadership they had, and the brokers say ZooKeeper is unreachable. Afterwards every
+    partition is led with a full ISR, nothing acknowledged with acks=all is lost, and the
+    replicas are identical below the high watermark (there was never a second leader writing)."""
+    zk_server = zookeeper_factory()
+    cluster = start_cluster(cluster_factory, zk=zk_server)
+    parts = 3
+    create_topic(cluster.bootstrap, "all", parts, 3, {"min.insync.replicas": "2"})
+    create_topic(cluster.bootstrap, "one", parts, 3)
+    before = {t: wait_full_isr(cluster, t, parts) for t in ("all", "one")}
+    with cluster.zk_client() as zk:
+        epoch = controller_epoch(zk)
+    all_acks = ContinuousProducer(cluster.bootstrap, "all", parts).start()
+    one_acks = ContinuousProducer(cluster.bootstrap, "one", parts, acks="1", idempotent=False).start()
+    all_acks.wait_acked(300, 60, "acks=all acknowledgements before the outage")
+    one_acks.wait_acked(300, 60, "acks=1 acknowledgements before the outage")
+    marks = {b: cluster.broker(b).log_path.stat().st_size for b in cluster.ids}
+
+    if outage == "killed":
+        zk_server.kill()
+    else:
+        zk_server.pause()
+    down_at = time.monotonic()
+    # every broker says so
+    wait_for(lambda: all("ZooKeeper connection to" in (out := cluster.broker(b).output()[marks[b]:]) and "lost" in out
+                         for b in cluster.ids), 20, "each broker to log that ZooKeeper is unreachable")
+    # produce (both kinds) goes on with the current leaders, and so does fetch
+    n_all = all_acks.wait_acked(300, 20, "acks=all acknowledgements while ZooKeeper is down")
+    n_one = one_acks.wait_acked(300, 20, "acks=1 acknowledgements while ZooKeeper is down")
+    for t in ("all", "one"):
+        assert leaders_from_metadata(cluster.bootstrap, t) == {p: st.leader for p, st in before[t].items()}
+    with all_acks._lock:
+        during = {p: all_acks.acked[p][-1] for p in range(parts)}  # acknowledged during the outage
+    assert read_at(cluster.bootstrap, "all", {p: o for p, (o, _) in during.items()}) == \
+        {p: v for p, (_, v) in during.items()}
+    assert time.monotonic() - down_at < 30, "the checks during the outage took longer than the outage"
+    wait_for(lambda: time.monotonic() - down_at >= 30, 31, "30 s of outage", 0.5)
+    assert all_acks.count > n_all and one_acks.count > n_one, "produce stopped while ZooKeeper was down"
+
+    if outage == "killed":
+        zk_server.start()
+    else:
+        zk_server.resume()
+    cluster.wait_registered(cluster.ids, timeout=60)
+    with cluster.zk_client() as zk:
+        wait_for(lambda: controller_of(zk) in cluster.ids, 30, "a controller")
+        if outage == "hung":
+            # the sessions expired: every broker registered again, a controller was elected again
+            assert controller_epoch(zk) > epoch
+            for b in cluster.ids:
+                out = cluster.broker(b).output()[marks[b]:]
+                assert "ZooKeeper session expired" in out and f"registered broker {b} at" in out, out[-3000:]
+    after = {t: wait_full_isr(cluster, t, parts) for t in ("all", "one")}
+    all_acks.wait_acked(300, 60, "acks=all acknowledgements after ZooKeeper returned")
+    one_acks.wait_acked(300, 60, "acks=1 acknowledgements after ZooKeeper returned")
+    all_acks.stop()
+    one_acks.stop()
+    assert not all_acks.failed and not all_acks.fatal, (all_acks.failed[:5], all_acks.fatal)
+    assert not one_acks.failed, one_acks.failed[:5]
+    counts = {"all": check_read_exactly_once(cluster.bootstrap, all_acks),
+              "one": check_acks_1(cluster.bootstrap, one_acks, {
+                  p for p in range(parts) if after["one"][p].leader_epoch == before["one"][p].leader_epoch})}
+    for t in ("all", "one"):
+        wait_full_isr(cluster, t, parts)
+        check_replicas_identical(cluster, t, parts, counts[t])
