@@ -111,7 +111,9 @@ class AdminClient:
 
     # -- offsets -----------------------------------------------------------------------------
     def list_offsets(self, partitions: list[tuple[str, int]], timestamp: int) -> dict[tuple[str, int], int]:
-        """Offsets at ``timestamp`` (-1 latest, -2 earliest) from each partition's leader."""
+        """Offsets at ``timestamp`` (-1 latest, -2 earliest) from each partition's leader; -1 where
+        it is not known: no leader, a leader that cannot be reached (in a cluster, a broker that
+        just died is still named leader until the controller moves its partitions), or an error."""
         out: dict[tuple[str, int], int] = {}
         by_leader: dict[tuple[str, int], list[tuple[str, int]]] = {}
         md = self.metadata(sorted({t for t, _ in partitions}))
@@ -128,10 +130,20 @@ class AdminClient:
             for t, p in tps:
                 topics.setdefault(t, []).append({"partition_index": p, "current_leader_epoch": -1,
                                                  "timestamp": timestamp})
-            r = self.conn(Node(-1, host, port)).call(ApiKey.LIST_OFFSETS, {
-                "replica_id": -1, "isolation_level": 0,
-                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            try:
+                r = self.conn(Node(-1, host, port)).call(ApiKey.LIST_OFFSETS, {
+                    "replica_id": -1, "isolation_level": 0,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            except AdminError:  # the leader is unreachable: its partitions' offsets are unknown
+                self._drop((host, port))
+                out.update(dict.fromkeys(tps, -1))
+                continue
             for t in r.topics:
                 for p in t.partitions:
                     out[(t.name, p.partition_index)] = p.offset if not p.error_code else -1
         return out
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        c = self._conns.pop(key, None)
+        if c is not None:
+            c.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 from typing import Any
 
 from gregor.admin.client import AdminClient, AdminError
@@ -54,15 +55,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def list_groups(admin: AdminClient, args: argparse.Namespace) -> int:
+    """Every broker lists the groups it coordinates. A broker that does not answer (in a cluster,
+    one that just died is still listed until its registration expires) is named on stderr, the
+    others' groups are listed, and the exit code is 1: the list is incomplete."""
     rows = []
+    silent = []
     for node in admin.nodes().values():
-        r = admin.conn(node).call(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
+        try:
+            r = admin.conn(node).call(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
+        except AdminError as e:
+            silent.append(f"broker {node.node_id} ({node.host}:{node.port}): {e}")
+            continue
         for g in r.groups:
             rows.append({"group": g.group_id, "state": getattr(g, "group_state", ""), "protocol_type": g.protocol_type,
                          "coordinator": node.node_id})
     rows.sort(key=lambda r: r["group"])
     emit(args, rows, ["group", "state", "protocol_type", "coordinator"])
-    return 0
+    for why in silent:
+        print(f"gregor groups: the groups of {why} are not listed", file=sys.stderr)
+    return 1 if silent else 0
 
 
 def _describe_group(admin: AdminClient, group: str) -> Any:
@@ -156,6 +167,10 @@ def reset_offsets(admin: AdminClient, args: argparse.Namespace) -> int:
     tps = _parse_topics(args.topic, admin)
     earliest = admin.list_offsets(tps, -2)
     latest = admin.list_offsets(tps, -1)
+    unknown = [f"{t}-{p}" for t, p in tps if earliest[(t, p)] < 0 or latest[(t, p)] < 0]
+    if unknown:
+        raise AdminError(f"the log offsets of {', '.join(unknown)} are unknown (no leader answered): "
+                         "nothing is reset")
     committed = committed_offsets(admin, args.group)
     target: dict[tuple[str, int], int] = {}
     if args.to_datetime:

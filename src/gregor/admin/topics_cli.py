@@ -67,8 +67,8 @@ def describe(admin: AdminClient, args: argparse.Namespace) -> int:
             "configs": {c.name: c.value for c in configs if c.config_source == 1},
             "partition_details": [{"partition": p.partition_index, "leader": p.leader_id,
                                    "replicas": list(p.replica_nodes), "isr": list(p.isr_nodes),
-                                   "log_start_offset": start[(t.name, p.partition_index)],
-                                   "log_end_offset": end[(t.name, p.partition_index)]}
+                                   "log_start_offset": _known(start[(t.name, p.partition_index)]),
+                                   "log_end_offset": _known(end[(t.name, p.partition_index)])}
                                   for p in sorted(t.partitions, key=lambda p: p.partition_index)],
         })
     if args.json:
@@ -82,6 +82,11 @@ def describe(admin: AdminClient, args: argparse.Namespace) -> int:
                                             "log_end_offset"])
         print()
     return 0
+
+
+def _known(offset: int) -> int | None:
+    """None (shown as -) for an offset the partition's leader did not give (see list_offsets)."""
+    return offset if offset >= 0 else None
 
 
 def create(admin: AdminClient, args: argparse.Namespace) -> int:
