@@ -35,6 +35,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTP
+from kafka.structs import OffsetAndMetadata
 
 from gregor.admin.client import AdminClient as GregorAdmin
 from gregor.admin.wire_client import WireClient
@@ -98,6 +99,23 @@ def leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int]]]:
         "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
     t = md.topics[0]
     return {} if t.error_code else {p.partition_index: (p.leader_id, list(p.isr_nodes)) for p in t.partitions}
+
+
+def brokers_seen(bootstrap: str) -> list[int]:
+    md = call(bootstrap, ApiKey.METADATA, 9, {
+        "topics": [], "allow_auto_topic_creation": False,
+        "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
+    return sorted(b.node_id for b in md.brokers)
+
+
+def start_cluster(cluster_factory: Callable[..., Any]) -> Any:
+    """Three brokers, once each lists all three in its Metadata: a broker is ready before it has
+    seen the others register, and would refuse RF 3 until then (INVALID_REPLICATION_FACTOR)."""
+    cluster = cluster_factory(3, overrides=OVERRIDES)
+    for i in cluster.ids:
+        wait_for(lambda i=i: brokers_seen(cluster.broker(i).bootstrap) == cluster.ids,
+                 what=f"broker {i} to see the whole cluster")
+    return cluster
 
 
 def fully_replicated(bootstrap: str, topic: str, partitions: int) -> dict[int, int] | None:
@@ -557,13 +575,13 @@ def produce_and_consume_through_a_leader_change(cluster: Any, client: Client, *,
 
 
 def test_confluent_kafka_through_a_leader_sigkill(cluster_factory):
-    cluster = cluster_factory(3, overrides=OVERRIDES)
+    cluster = start_cluster(cluster_factory)
     produce_and_consume_through_a_leader_change(cluster, Confluent(), kill=True,
                                                 producer_bootstrap=lambda _victim: cluster.bootstrap)
 
 
 def test_kafka_python_through_a_controlled_shutdown_of_the_leader(cluster_factory):
-    cluster = cluster_factory(3, overrides=OVERRIDES)
+    cluster = start_cluster(cluster_factory)
     # bootstrapped from one broker that stays: it must learn the others from Metadata
     produce_and_consume_through_a_leader_change(
         cluster, KafkaPython(), kill=False,
@@ -571,7 +589,7 @@ def test_kafka_python_through_a_controlled_shutdown_of_the_leader(cluster_factor
 
 
 def test_aiokafka_through_a_leader_sigkill_bootstrapped_from_that_leader(cluster_factory):
-    cluster = cluster_factory(3, overrides=OVERRIDES)
+    cluster = start_cluster(cluster_factory)
     # bootstrapped from the broker that dies: only what Metadata told the client is left
     produce_and_consume_through_a_leader_change(cluster, AioKafka(), kill=True,
                                                 producer_bootstrap=lambda victim: cluster.broker(victim).bootstrap)
@@ -579,7 +597,328 @@ def test_aiokafka_through_a_leader_sigkill_bootstrapped_from_that_leader(cluster
 
 @pytest.mark.skipif(KCAT is None, reason="kcat is installed by `make setup`")
 def test_kcat_through_a_controlled_shutdown_of_the_leader(cluster_factory):
-    cluster = cluster_factory(3, overrides=OVERRIDES)
+    cluster = start_cluster(cluster_factory)
     client = Kcat(cli_bootstrap=lambda: cluster.broker(cluster.alive_ids()[0]).bootstrap)
     produce_and_consume_through_a_leader_change(cluster, client, kill=False,
                                                 producer_bootstrap=lambda _victim: cluster.bootstrap)
+
+
+# -- a consumer group that is live while its coordinator dies ----------------------------------
+def check_read_in_order_from_commits(prod: Production, ends: dict[int, int], reads: Read,
+                                     acked_commits: dict[int, list[tuple[int, int]]]) -> dict[int, int]:
+    """Each partition read in order from 0 to its end: every step is the next offset, or a step
+    back after a rebalance to a position no lower than the last commit acknowledged by then (an
+    acknowledged commit is never lost); the number of messages read again per partition."""
+    assert not prod.errors, prod.errors[:5]
+    again: dict[int, int] = {}
+    for p in range(PARTITIONS):
+        acked = dict(prod.acked[p])
+        assert len(acked) == ends[p], f"partition {p}: log end {ends[p]}, {len(acked)} acknowledged"
+        expected, floor, seen = 0, 0, set()
+        commits = iter(sorted(acked_commits[p]))  # (the read count when acknowledged, offset)
+        pending = next(commits, None)
+        for i, (offset, v) in enumerate(reads[p]):
+            while pending is not None and pending[0] <= i:
+                floor = max(floor, pending[1])
+                pending = next(commits, None)
+            assert offset == expected or floor <= offset < expected, \
+                f"partition {p}: read {offset} after {expected - 1} (last acknowledged commit {floor})"
+            assert v == acked[offset], f"partition {p} offset {offset}: {v!r}, acknowledged {acked[offset]!r}"
+            seen.add(offset)
+            expected = offset + 1
+        missing = sorted(set(range(ends[p])) - seen)
+        assert not missing, f"partition {p}: offsets never read: {missing[:10]}"
+        again[p] = len(reads[p]) - len(seen)
+    return again
+
+
+class Member(Protocol):
+    """One member of a consumer group, polled and committed by the test."""
+
+    def poll(self) -> list[tuple[int, int, bytes]]:
+        """The next messages: (partition, offset, value)."""
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        """Commit synchronously; raises when the commit is refused."""
+
+    def close(self) -> None: ...
+
+
+class ConfluentMember:
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.topic = topic
+        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                           "auto.offset.reset": "earliest"})
+        self.c.subscribe([topic])
+
+    def poll(self) -> list[tuple[int, int, bytes]]:
+        return [(m.partition(), m.offset(), m.value()) for m in self.c.consume(200, 0.5) if m.error() is None]
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        done = self.c.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in offsets.items()],
+                             asynchronous=False)
+        failed = [tp for tp in done if tp.error is not None]
+        if failed:
+            raise RuntimeError(f"commit refused: {[(tp.partition, str(tp.error)) for tp in failed]}")
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class KafkaPythonMember:
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.topic = topic
+        self.c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                               auto_offset_reset="earliest")
+        self.c.subscribe([topic])
+
+    def poll(self) -> list[tuple[int, int, bytes]]:
+        return [(tp.partition, r.offset, r.value)
+                for tp, records in self.c.poll(timeout_ms=500, max_records=200).items() for r in records]
+
+    def commit(self, offsets: dict[int, int]) -> None:
+        self.c.commit({KpTP(self.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
+
+    def close(self) -> None:
+        self.c.close(autocommit=False)
+
+
+def member_lives_through_the_loss_of_its_coordinator(cluster: Any, make_member: Callable[[str, str, str], Member],
+                                                     name: str, *, kill: bool) -> None:
+    """One member consumes and commits after every batch while the broker that coordinates its
+    group (and leads partition 0) goes: the client finds the new coordinator (the new leader of
+    the group's __consumer_offsets partition, which loaded the group from the replicated
+    partition), keeps reading and committing, never resumes below a commit the old coordinator
+    acknowledged, and reads everything."""
+    topic = f"{name}-live"
+    victim = create_topic(cluster.bootstrap, topic)[0]
+    group = group_coordinated_by(cluster.bootstrap, victim, f"{name}-live-group")
+    survivors = [i for i in cluster.ids if i != victim]
+
+    producer = Confluent()
+    prod = Production()
+    stop_producing = threading.Event()
+    producer.start_producing(cluster.bootstrap, topic, prod, stop_producing)
+
+    reads: Read = {p: [] for p in range(PARTITIONS)}
+    acked_commits: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
+    refused: list[str] = []
+    ends: dict[int, int] = {}
+    lock = threading.Lock()
+    failure: list[BaseException] = []
+
+    def consume() -> None:
+        member = make_member(cluster.bootstrap, group, topic)
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                with lock:
+                    if ends and read_to(ends, {})(reads):
+                        break
+                msgs = member.poll()
+                if not msgs:
+                    continue
+                with lock:
+                    for p, o, v in msgs:
+                        reads[p].append((o, v))
+                    counts = {p: len(reads[p]) for p in range(PARTITIONS)}
+                last = {p: o + 1 for p, o, _v in msgs}
+                try:
+                    member.commit(last)
+                except Exception as e:  # noqa: BLE001 - a commit refused while the coordinator moves
+                    refused.append(f"{type(e).__name__}: {e}")
+                    continue
+                with lock:
+                    for p, o in last.items():
+                        acked_commits[p].append((counts[p], o))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failure.append(e)
+        finally:
+            member.close()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    try:
+        wait_for(lambda: prod.count() >= BEFORE and all(acked_commits.values()),
+                 what="acknowledgements and a commit on every partition")
+        with lock:
+            at_the_move = {p: max(o for _n, o in acked_commits[p]) for p in range(PARTITIONS)}
+        if kill:
+            cluster.kill(victim)
+        else:
+            assert cluster.stop(victim) == 0
+        wait_for(lambda: producer.leader_seen(topic, 0) in survivors, what="the producer to see a new leader")
+        wait_for(lambda: coordinator_of(cluster.bootstrap, group) in survivors, what="a new coordinator")
+        on_new_leader = prod.count(0)
+        wait_for(lambda: prod.count(0) >= on_new_leader + AFTER, what=f"{AFTER} acknowledgements from the new leader")
+    finally:
+        stop_producing.set()
+    producer.join_producer()
+    with lock:
+        ends.update(log_ends(cluster.broker(survivors[0]).bootstrap, topic))
+    consumer.join(200)
+    assert not consumer.is_alive(), f"the member did not read to the end: {ends}, read {total(reads)}"
+    assert not failure, repr(failure[0])
+    again = check_read_in_order_from_commits(prod, ends, reads, acked_commits)
+    # the member's last acknowledged commits are the ends, beyond what it had committed when its
+    # coordinator went: made to the new coordinator
+    assert {p: acked_commits[p][-1][1] for p in range(PARTITIONS)} == ends
+    assert all(ends[p] > at_the_move[p] for p in range(PARTITIONS))
+    assert {(topic, p): o for p, o in ends.items()} == {
+        tp: o for tp, o in cli_committed(cluster.broker(survivors[0]).bootstrap, group).items() if tp[0] == topic}
+    print(f"{name}: read again after the coordinator moved: {again}; commits refused meanwhile: {refused}")
+
+
+def test_confluent_kafka_group_member_lives_through_its_coordinators_sigkill(cluster_factory):
+    cluster = start_cluster(cluster_factory)
+    member_lives_through_the_loss_of_its_coordinator(cluster, ConfluentMember, "confluent", kill=True)
+
+
+def test_kafka_python_group_member_lives_through_its_coordinators_controlled_shutdown(cluster_factory):
+    cluster = start_cluster(cluster_factory)
+    member_lives_through_the_loss_of_its_coordinator(cluster, KafkaPythonMember, "kafka-python", kill=False)
+
+
+# -- the gregor CLI ----------------------------------------------------------------------------
+def cli_json(*args: str) -> Any:
+    out = gregor_cli(*args, "--json")
+    assert out.returncode == 0, f"gregor {' '.join(args)}: {out.returncode} {out.stderr}"
+    return json.loads(out.stdout)
+
+
+def test_gregor_cli_against_any_broker_through_a_leader_and_coordinator_sigkill(cluster_factory):
+    """topics create/list/describe/delete and groups list/describe/coordinator/reset-offsets, each
+    pointed at a single broker (every broker answers for the whole cluster), before and after the
+    broker that leads partition 0 and coordinates the group is SIGKILLed; the lag columns
+    (committed offsets against log ends) follow the moves."""
+    cluster = start_cluster(cluster_factory)
+    address = {i: cluster.broker(i).bootstrap for i in cluster.ids}
+    topic = "cli-orders"
+    created = cli_json("topics", "create", topic, "--partitions", "3", "--replication-factor", "3",
+                       "--config", "min.insync.replicas=2", "--bootstrap-server", address[2])
+    assert created == [{"topic": topic, "result": "created"}]
+    again = gregor_cli("topics", "create", topic, "--partitions", "3", "--bootstrap-server", address[3])
+    assert again.returncode == 1 and "TOPIC_ALREADY_EXISTS" in again.stderr
+    lead = wait_for(lambda: fully_replicated(cluster.bootstrap, topic, PARTITIONS), what=f"{topic} fully replicated")
+
+    p = Producer({"bootstrap.servers": address[1], "acks": "all", "enable.idempotence": True})
+    for i in range(30):
+        for part in range(PARTITIONS):
+            p.produce(topic, value(part, i), partition=part)
+    assert p.flush(60) == 0
+
+    def described(broker: int) -> dict[str, Any]:
+        [t] = cli_json("topics", "describe", topic, "--bootstrap-server", address[broker])
+        return t
+
+    views = {i: described(i) for i in cluster.ids}
+    assert views[1] == views[2] == views[3], views
+    t = views[1]
+    assert t["partitions"] == 3 and t["configs"] == {"min.insync.replicas": "2"} and t["topic_id"]
+    assert {d["partition"]: d["leader"] for d in t["partition_details"]} == lead
+    for d in t["partition_details"]:
+        assert sorted(d["replicas"]) == [1, 2, 3] and sorted(d["isr"]) == [1, 2, 3]
+        assert (d["log_start_offset"], d["log_end_offset"]) == (0, 30)
+    for i in cluster.ids:
+        assert topic in cli_json("topics", "list", "--bootstrap-server", address[i])
+
+    victim = lead[0]
+    survivors = [i for i in cluster.ids if i != victim]
+    group = group_coordinated_by(cluster.bootstrap, victim, "cli-group")
+    c = Consumer({"bootstrap.servers": address[survivors[0]], "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    read = 0
+    deadline = time.monotonic() + 60
+    while read < 90:
+        assert time.monotonic() < deadline, f"read {read} of 90"
+        read += sum(1 for m in c.consume(100, 0.5) if m.error() is None)
+    # and a topic whose only replica is the broker that goes: offline once it has gone
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("cli-single", 1, replica_assignment=[[victim]])])["cli-single"].result(30)
+    wait_for(lambda: leaders(cluster.bootstrap, "cli-single").get(0, (-1, []))[0] == victim,
+             what="cli-single's leader")
+    p.produce("cli-single", b"x", partition=0)
+    p.produce("cli-single", b"y", partition=0)
+    assert p.flush(60) == 0
+    c.commit(offsets=[TopicPartition(topic, 0, 10), TopicPartition(topic, 1, 20), TopicPartition(topic, 2, 30),
+                      TopicPartition("cli-single", 0, 1)], asynchronous=False)
+    c.close()
+
+    def lags(broker: int, of: str = topic) -> dict[int, tuple[int, int | None, int | None]]:
+        d = cli_json("groups", "describe", group, "--bootstrap-server", address[broker])
+        assert d["state"] == "Empty" and d["protocol_type"] == "consumer"
+        return {r["partition"]: (r["current_offset"], r["log_end_offset"], r["lag"]) for r in d["offsets"]
+                if r["topic"] == of}
+
+    def listed(broker: int) -> list[dict[str, Any]]:
+        return [g for g in cli_json("groups", "list", "--bootstrap-server", address[broker]) if g["group"] == group]
+
+    for i in cluster.ids:
+        assert lags(i) == {0: (10, 30, 20), 1: (20, 30, 10), 2: (30, 30, 0)}
+        assert listed(i) == [{"group": group, "state": "Empty", "protocol_type": "consumer", "coordinator": victim}]
+    where = cli_json("groups", "coordinator", group, "--bootstrap-server", address[survivors[0]])
+    assert (where["coordinator"], where["partition_leader"], where["status"]) == (victim, victim, "loaded")
+
+    cluster.kill(victim)
+    dead = gregor_cli("topics", "list", "--bootstrap-server", address[victim])
+    assert dead.returncode == 1 and "cannot connect" in dead.stderr
+    # until its ZooKeeper session expires the dead broker is still registered and still leads:
+    # describe answers all the same (what that leader would have said is unknown), groups list
+    # names the broker that did not answer and lists the others' groups
+    for d in described(survivors[0])["partition_details"]:
+        assert (d["leader"], d["log_end_offset"]) in ((victim, None), *((s, 30) for s in survivors)), d
+    listing = gregor_cli("groups", "list", "--bootstrap-server", address[survivors[0]], "--json")
+    assert all(g["coordinator"] in survivors for g in json.loads(listing.stdout)), listing.stdout
+    if listing.returncode:  # (the dead broker was still registered)
+        assert f"the groups of broker {victim} ({address[victim]})" in listing.stderr, listing.stderr
+    else:  # (this machine was slow: the session had expired already)
+        assert victim not in brokers_seen(address[survivors[0]])
+
+    def moved(broker: int) -> dict[str, Any] | None:
+        t = described(broker)
+        details = t["partition_details"]
+        ok = all(d["leader"] in survivors and victim not in d["isr"] and d["log_end_offset"] == 30 for d in details)
+        return t if ok else None
+
+    after = {i: wait_for(lambda i=i: moved(i), what=f"broker {i} to describe leaders and ISRs without {victim}")
+             for i in survivors}
+    assert after[survivors[0]] == after[survivors[1]]
+    assert after[survivors[0]]["topic_id"] == t["topic_id"]
+    new_coordinator = wait_for(lambda: (n := coordinator_of(address[survivors[0]], group)) in survivors and n,
+                               what="a new coordinator")
+    for i in survivors:
+        assert lags(i) == {0: (10, 30, 20), 1: (20, 30, 10), 2: (30, 30, 0)}
+        assert listed(i) == [{"group": group, "state": "Empty", "protocol_type": "consumer",
+                              "coordinator": new_coordinator}]
+        where = cli_json("groups", "coordinator", group, "--bootstrap-server", address[i])
+        assert (where["coordinator"], where["partition_leader"], where["status"]) == \
+            (new_coordinator, new_coordinator, "loaded")
+
+    # the offline partition: no leader, log offsets unknown, no lag to show, and nothing to reset
+    [offline] = cli_json("topics", "describe", "cli-single", "--bootstrap-server", address[survivors[0]])
+    [single] = offline["partition_details"]
+    assert (single["leader"], single["isr"], single["log_start_offset"], single["log_end_offset"]) == \
+        (-1, [victim], None, None)
+    assert lags(survivors[0], "cli-single") == {0: (1, None, None)}
+    refused = gregor_cli("groups", "reset-offsets", group, "--topic", "cli-single", "--to-earliest", "--execute",
+                         "--bootstrap-server", address[survivors[0]])
+    assert refused.returncode == 1 and "cli-single-0 are unknown" in refused.stderr, refused
+    assert lags(survivors[1], "cli-single") == {0: (1, None, None)}
+
+    reset = cli_json("groups", "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute",
+                     "--bootstrap-server", address[survivors[1]])
+    assert sorted((r["partition"], r["previous_offset"], r["new_offset"]) for r in reset) == \
+        [(0, 10, 0), (1, 20, 0), (2, 30, 0)]
+    p = Producer({"bootstrap.servers": address[survivors[0]], "acks": "all", "enable.idempotence": True})
+    for part in range(PARTITIONS):
+        p.produce(topic, b"more", partition=part)
+    assert p.flush(60) == 0
+    for i in survivors:
+        assert lags(i) == {0: (0, 31, 31), 1: (0, 31, 31), 2: (0, 31, 31)}
+
+    assert cli_json("topics", "delete", topic, "--bootstrap-server", address[survivors[1]]) == \
+        [{"topic": topic, "result": "deleted"}]
+    for i in survivors:
+        wait_for(lambda i=i: topic not in cli_json("topics", "list", "--bootstrap-server", address[i]),
+                 what=f"broker {i} to forget {topic}")
