@@ -30,9 +30,11 @@ is unavailable when its leader dies. Figures only, no assertion.
    - leader acting: the new leader's log says it leads at the new epoch (its ZooKeeper watch);
    - client sends to it: librdkafka applies the new leader (it re-reads the metadata of a
      partition whose leader is down once a second);
-   - first ack: the delivery callback; in between, an idempotent librdkafka producer waits for
-     the requests sent to the dead leader to fail and re-reads the metadata a second later, the
-     surviving follower truncates and fetches from the new leader, and the high watermark moves.
+   - first ack: the delivery callback. In between, the surviving follower truncates and fetches
+     from the new leader and the high watermark moves (milliseconds), but librdkafka (2.16) often
+     parks the partition once more and re-reads the metadata a second later: an idempotent
+     producer drains the requests it sent to the dead leader first, and the dead broker's handle,
+     decommissioned because it left the metadata, hands the partition back to "no leader".
    A note says when the surviving follower's OffsetForLeaderEpoch was refused (it reached the new
    leader before the leader had read its election), which costs it replica.fetch.backoff.ms.
 
@@ -112,6 +114,10 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
+def _sees_every_broker(admin: AdminClient) -> bool:
+    return len(admin.list_topics(timeout=10).brokers) == CLUSTER_SIZE
+
+
 @contextlib.contextmanager
 def running_cluster(root: Path, name: str, overrides: dict[str, str]) -> Iterator[devcluster.DevCluster]:
     """ZooKeeper and three brokers (gregor.devcluster) under ``root/name``, killed at the end."""
@@ -121,6 +127,10 @@ def running_cluster(root: Path, name: str, overrides: dict[str, str]) -> Iterato
         dc = devcluster.DevCluster(plan, quiet, quiet)
         try:
             dc.start()
+            for b in dc.plan.brokers:  # each broker ready has joined; each must also have seen the others
+                admin = AdminClient({"bootstrap.servers": f"{devcluster.HOST}:{b.port}", "log_level": 0})
+                wait_for(partial(_sees_every_broker, admin), 30,
+                         f"broker {b.broker_id} to see every broker")
             yield dc
         finally:
             dc.kill_all()
@@ -149,10 +159,14 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:
-    """Create the topic and wait until Metadata shows a leader and a full ISR for each partition."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, rf, config=configs or {})], operation_timeout=30)[topic].result(60)
+def create_topic(bootstrap: str, topic: str, partitions: int, rf: int, configs: dict[str, str] | None = None,
+                 assignment: list[list[int]] | None = None) -> None:
+    """Create the topic (with ``assignment``: those replicas, the first of each the preferred
+    leader) and wait until Metadata shows a leader and a full ISR for each partition."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    new = (NewTopic(topic, partitions, rf, config=configs or {}) if assignment is None
+           else NewTopic(topic, partitions, replica_assignment=assignment, config=configs or {}))
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
 
     def ready() -> bool:
         md = admin.list_topics(topic, timeout=10).topics.get(topic)
@@ -506,8 +520,17 @@ def _s(v: float | None, unit: str = " s") -> str:
     return "    ?" if v is None else f"{v:5.2f}{unit}"
 
 
-def _gap(a: float | None, b: float | None) -> str:
-    return "?" if a is None or b is None else f"+{b - a:.2f} s"
+# (stage, from, to): Kill's times from the kill
+STAGES = [("session expiry", "", "session_expired"), ("election", "session_expired", "elected"),
+          ("new leader acting", "elected", "leader_acting"),
+          ("client sends to it", "leader_acting", "client_saw_leader"),
+          ("first ack", "client_saw_leader", "first_ack")]
+
+
+def _median_gap(kills: list[Kill], start: str, end: str) -> float | None:
+    gaps = [b - (getattr(k, start) if start else 0.0) for k in kills
+            if (b := getattr(k, end)) is not None and (not start or getattr(k, start) is not None)]
+    return statistics.median(gaps) if gaps else None
 
 
 def failover(args: argparse.Namespace, root: Path, session_ms: int, say: Report) -> dict[str, Any]:
@@ -515,7 +538,11 @@ def failover(args: argparse.Namespace, root: Path, session_ms: int, say: Report)
     say(f"zookeeper.session.timeout.ms={session_ms}:")
     kills: list[Kill] = []
     with running_cluster(root, f"failover-{session_ms}", overrides) as dc, zk_client(dc) as zk:
-        create_topic(dc.plan.bootstrap, FAILOVER_TOPIC, 1, CLUSTER_SIZE, {"min.insync.replicas": "2"})
+        # the controller first: the first kill takes the controller with the leader (a new controller is
+        # elected before the partition's leader); later kills hit it when leadership and control meet again
+        controller = int(json.loads(zk.get("/controller")[0])["brokerid"])
+        replicas = [controller] + [b for b in range(1, CLUSTER_SIZE + 1) if b != controller]
+        create_topic(dc.plan.bootstrap, FAILOVER_TOPIC, 1, CLUSTER_SIZE, {"min.insync.replicas": "2"}, [replicas])
         producer = SteadyProducer(dc.plan.bootstrap, FAILOVER_TOPIC, args.rate, args.size, args.idempotence)
         producer.start()
         try:
@@ -534,16 +561,17 @@ def failover(args: argparse.Namespace, root: Path, session_ms: int, say: Report)
 
     mp = {p: med(p) for p in ("session_expired", "controller_elected", "elected", "leader_acting",
                               "client_saw_leader", "first_ack")}
+    gaps = {name: _median_gap(kills, a, b) for name, a, b in STAGES}
     summary = {"session_timeout_ms": session_ms, "kills": [asdict(k) for k in kills],
                "median_s": statistics.median(totals), "max_s": max(totals), "median_parts_s": mp,
-               "failed_deliveries": failed, "failed_examples": producer.errors[:5]}
+               "median_stages_s": gaps, "failed_deliveries": failed, "failed_examples": producer.errors[:5]}
     say(f"  kill to first ack on the new leader: median {statistics.median(totals):.2f} s, max {max(totals):.2f} s"
         + (" (goal: under 10 s)" if session_ms == 6000 else ""))
-    say(f"  medians of the parts: session expiry {_s(mp['session_expired'])}, then election "
-        f"{_gap(mp['session_expired'], mp['elected'])}, the new leader acting "
-        f"{_gap(mp['elected'], mp['leader_acting'])}, the client sending to it "
-        f"{_gap(mp['leader_acting'], mp['client_saw_leader'])}, "
-        f"the first ack {_gap(mp['client_saw_leader'], mp['first_ack'])}")
+    say("  median of each stage: " + ", ".join(f"{name} {_s(v).strip()}" for name, v in gaps.items()))
+    with_controller = sum(k.was_controller for k in kills)
+    refused = sum(any("OffsetForLeaderEpoch" in n for n in k.notes) for k in kills)
+    say(f"  {with_controller} of {len(kills)} kills took the controller too; in {refused} the surviving follower's "
+        "OffsetForLeaderEpoch reached the new leader before its election did")
     if failed:
         say(f"  {failed} deliveries failed, e.g. {producer.errors[:3]}")
     return summary
@@ -603,8 +631,8 @@ def main(argv: list[str] | None = None) -> int:
             say("  session expired: the killed broker's /brokers/ids node is gone; elected: the partition's state "
                 "node names the new leader; leader acting: the new leader's log says it leads; client sends to it: "
                 "librdkafka applies the new leader (it re-reads metadata once a second while a leader is down); "
-                "first ack: the delivery callback (an idempotent librdkafka producer first waits for the requests "
-                "sent to the dead leader to fail, then re-reads metadata a second later)")
+                "first ack: the delivery callback (librdkafka often parks the partition once more, for its "
+                "idempotent drain or as it decommissions the dead broker, and re-reads metadata a second later)")
             result["failover"] = [failover(args, root, ms, say) for ms in args.session_timeouts]
     except KeyboardInterrupt:
         say("interrupted: every process was killed")
