@@ -100,6 +100,7 @@ class Broker:
                                  controller=self.controller if self.zk is not None else None)
         self.metrics_server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._joined = False  # registered in a cluster (a controlled shutdown makes sense)
 
     def _connection_count(self) -> int:
         return len(self.listener.connections) if self.listener is not None else 0
@@ -154,12 +155,19 @@ class Broker:
         if stored is None:
             store_cluster_id(self.data_dir, self.node_id, self.cluster.cluster_id)
         await self.controller.start()
+        # ready means usable: a client's first Metadata names a controller (librdkafka sends
+        # CreateTopics only to a known controller and may wait minutes for its next refresh)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.zk.connection_timeout_ms / 1000
+        while self.cluster.controller_id < 0 and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        self._joined = True
         log.info("broker %d joined the cluster at %s (controller: %d)", self.node_id, self.zk.connect,
                  self.cluster.controller_id)
 
     async def _leave_cluster(self) -> None:
         assert self.zk is not None and self.replicas is not None
-        if self.config["controlled.shutdown.enable"]:
+        if self.config["controlled.shutdown.enable"] and self._joined:
             try:
                 from gregor.cluster.controller.shutdown_client import request_controlled_shutdown
 
@@ -170,10 +178,12 @@ class Broker:
                     log.warning("controlled shutdown could not move every leadership away; stopping anyway")
             except Exception:
                 log.exception("controlled shutdown failed; stopping anyway")
+        # Kafka's StopReplica: a broker whose leaderships moved stops fetching at once, so that no
+        # leader takes it back into an ISR it is about to leave (acks=all would wait for it)
+        await self.replicas.stop()
         await self.controller.stop()
         if self.registrar is not None:
             await self.registrar.stop()
-        await self.replicas.stop()
         from gregor.cluster.zk_metadata import ZkClusterMetadata
 
         if isinstance(self.cluster, ZkClusterMetadata):

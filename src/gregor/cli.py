@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -82,21 +83,37 @@ def serve(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         broker = Broker(config)
+        # SIGTERM/SIGINT from the start: a broker still joining its cluster (ZooKeeper slow or
+        # unreachable) stops cleanly too, instead of dying with its ZooKeeper session open
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        starting = loop.create_task(broker.start())
+        stopped = loop.create_task(stop.wait())
+        await asyncio.wait((starting, stopped), return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            logging.getLogger("gregor").info("stopped while starting")
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await starting
+            await broker.stop()
+            return 0
         try:
-            await broker.start()
+            starting.result()
         except (ConfigError, DataDirInUse) as e:
             print(f"gregor: {e}", file=sys.stderr)
+            return 2
+        except TimeoutError as e:  # no ZooKeeper server answered (zookeeper.connection.timeout.ms)
+            print(f"gregor: {e}", file=sys.stderr)
+            broker.logs.shutdown()
             return 2
         except OSError as e:
             print(f"gregor: cannot listen on {config['listeners']}: {e.strerror}", file=sys.stderr)
             broker.logs.shutdown()
             return 2
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         print(f"gregor: broker {broker.node_id} ready on port {broker.bound_port}", file=sys.stderr, flush=True)
-        await stop.wait()
+        await stopped
         logging.getLogger("gregor").info("shutting down")
         await broker.stop()
         return 0

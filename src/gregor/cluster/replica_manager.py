@@ -205,7 +205,9 @@ class ReplicaManager:
         self._fail_waiters(part, ErrorCode.not_leader_or_follower)
         self._stop_fetching(part)
         leader = self.metadata.broker(part.leader) if part.leader >= 0 else None
-        if leader is not None:
+        if self._stopping:
+            pass  # leaving the cluster (after a controlled shutdown): never fetch, never rejoin an ISR
+        elif leader is not None:
             self._fetcher_for(leader).add(part)
             log.info("%s-%d: follower of broker %d at epoch %d", part.topic, part.partition, part.leader,
                      part.leader_epoch)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -110,20 +111,28 @@ class ZkClient:
         kz.add_listener(self._on_kazoo_state)
         self._kz = kz
         try:
-            await self._loop.run_in_executor(None, kz.start, timeout)
-        except Exception as e:  # kazoo's timeout is its own Timeout type
+            await self._loop.run_in_executor(None, self._connect, kz, timeout)
+        except TimeoutError:
             await self._loop.run_in_executor(None, self._close_kazoo)
-            raise TimeoutError(f"no ZooKeeper server at {self.hosts} answered within "
-                               f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}") from None
+            raise
         self.state = ZkSession.CONNECTED
+
+    def _connect(self, kz: KazooClient, timeout: float) -> None:
+        """Start ``kz`` and wait for its session, in short steps so that ``stop()`` (a SIGTERM while
+        ZooKeeper does not answer) ends the wait at once rather than at the timeout."""
+        connected = kz.start_async()
+        deadline = time.monotonic() + timeout
+        while not connected.wait(0.1):
+            if self._closing or time.monotonic() >= deadline:
+                kz.stop()
+                kz.close()
+                why = "stopped while connecting" if self._closing else "no answer"
+                raise TimeoutError(f"no ZooKeeper server at {self.hosts} answered within "
+                                   f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {why}")
 
     def _ensure_chroot(self, timeout: float) -> None:
         kz = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
-        try:
-            kz.start(timeout)
-        except Exception as e:
-            raise TimeoutError(f"no ZooKeeper server at {self.hosts} answered within "
-                               f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms): {e}") from None
+        self._connect(kz, timeout)
         try:
             kz.ensure_path(self.chroot)
         finally:

@@ -1,0 +1,93 @@
+"""Stopping a broker of a cluster (real processes): SIGTERM moves its leaderships away before it
+exits and it never takes a place in an ISR again on its way out; a broker that cannot reach
+ZooKeeper says so and exits, and SIGTERM stops it cleanly while it is still trying."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.cluster.test_replication import FAST, create_topic, partition_state, wait_for
+from tests.support.broker_process import free_port
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def serve(tmp_path: Path, *overrides: str) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "gregor", "serve", "--override", f"log.dirs={tmp_path / 'data'}",
+           "--override", f"listeners=PLAINTEXT://127.0.0.1:{free_port()}"]
+    for o in overrides:
+        cmd += ["--override", o]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_no_zookeeper_is_a_clear_error(tmp_path):
+    proc = serve(tmp_path, f"zookeeper.connect=127.0.0.1:{free_port()}", "zookeeper.connection.timeout.ms=2000")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert b"no ZooKeeper server at 127.0.0.1:" in out and b"zookeeper.connection.timeout.ms" in out
+
+
+def test_sigterm_while_joining_stops_cleanly(tmp_path):
+    proc = serve(tmp_path, f"zookeeper.connect=127.0.0.1:{free_port()}", "zookeeper.connection.timeout.ms=60000")
+    time.sleep(3)  # it is retrying the connection now
+    assert proc.poll() is None
+    proc.terminate()
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out[-2000:]
+    assert b"stopped while starting" in out and b"stopped cleanly" in out
+
+
+def test_controlled_shutdown_moves_leadership_and_leaves_every_isr(cluster_factory):
+    cluster = cluster_factory(3, {**FAST, "replica.lag.time.max.ms": "30000"})
+    for b in cluster.ids:
+        wait_for(lambda b=b: len(cluster.broker(b).bootstrap) and True, what="start")
+    create_topic(cluster.bootstrap, "steady", 6, 3, {"min.insync.replicas": "2"})
+    wait_for(lambda: all(len(partition_state(cluster.bootstrap, "steady", p)[2]) == 3 for p in range(6)),
+             what="full ISRs")
+    leaders = {p: partition_state(cluster.bootstrap, "steady", p)[0] for p in range(6)}
+    victim = max(set(leaders.values()), key=list(leaders.values()).count)
+    others = [b for b in cluster.ids if b != victim]
+
+    acked: list[int] = []
+    errors: list[object] = []
+    running = threading.Event()
+    running.set()
+
+    def produce() -> None:
+        p = Producer({"bootstrap.servers": ",".join(cluster.broker(b).bootstrap for b in others), "acks": "all",
+                      "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 60000})
+        i = 0
+        while running.is_set():
+            p.produce("steady", b"%d" % i, partition=i % 6,
+                      on_delivery=lambda err, msg: errors.append(err) if err else acked.append(msg.offset()))
+            p.poll(0.005)
+            i += 1
+        p.flush(60)
+
+    t = threading.Thread(target=produce)
+    t.start()
+    wait_for(lambda: len(acked) > 200, what="production under way")
+    assert cluster.stop(victim) == 0
+    log = cluster.broker(victim).output()
+    assert "controlled shutdown succeeded" in log
+    # on its way out, after its leaderships moved, it did not start following anyone
+    tail = log[log.index("controlled shutdown succeeded"):]
+    assert "follower of broker" not in tail, tail[:3000]
+    with cluster.zk_client() as zk:
+        for p in range(6):
+            state = json.loads(zk.get(f"/brokers/topics/steady/partitions/{p}/state")[0])
+            assert state["leader"] in others
+            assert victim not in state["isr"], (p, state)
+    before = len(acked)
+    wait_for(lambda: len(acked) > before + 200, timeout=20, what="acks=all going on without the stopped broker")
+    running.clear()
+    t.join(90)
+    assert not errors, errors[:5]
