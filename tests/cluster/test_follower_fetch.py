@@ -88,3 +88,47 @@ def test_a_consumer_reads_from_the_replica_in_its_rack(cluster_factory):
     payload = sum(len(v) for v in values)
     assert rx.get(follower, 0) > payload, rx
     assert rx.get(leader, 0) < payload / 2, rx
+
+
+def list_latest(bootstrap: str, topic: str) -> int:
+    """The high watermark, as a consumer's ListOffsets(latest) sees it."""
+    wire = Wire(bootstrap)
+    try:
+        resp = wire.call(ApiKey.LIST_OFFSETS, 4, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+    finally:
+        wire.close()
+    return resp.topics[0].partitions[0].offset
+
+
+def test_a_follower_fetch_past_the_leaders_log_end_moves_nothing(cluster_factory):
+    """A client posing as follower 2 with an offset past the leader's log end gets
+    OFFSET_OUT_OF_RANGE, and the high watermark stays where the real follower holds it."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    cluster = cluster_factory(3, {**FAST, "replica.lag.time.max.ms": "60000"})
+    for b in cluster.ids:
+        wait_for(lambda b=b: len(AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap})
+                                 .list_topics(timeout=10).brokers) == 3, what=f"broker {b} seeing three brokers")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("posed", 1, replica_assignment=[[1, 2]])])["posed"].result(30)
+    produce_all(cluster.bootstrap, "posed", [b"a"] * 5)
+    wait_for(lambda: list_latest(cluster.broker(1).bootstrap, "posed") == 5, what="high watermark 5")
+    cluster.pause(2)  # the real follower stops fetching (and stays in the ISR for a minute)
+    try:
+        produce_all(cluster.broker(1).bootstrap, "posed", [b"b"] * 10, acks="1", idempotent=False)
+        wire = Wire(cluster.broker(1).bootstrap)
+        resp = wire.call(ApiKey.FETCH, 12, {
+            "replica_id": 2, "max_wait": timedelta(milliseconds=0), "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+            "topics": [{"topic": "posed", "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                        "fetch_offset": 1000, "last_fetched_epoch": -1,
+                                                        "log_start_offset": 0, "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": []})
+        wire.close()
+        assert resp.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
+        time.sleep(0.5)
+        assert list_latest(cluster.broker(1).bootstrap, "posed") == 5
+    finally:
+        cluster.resume(2)
+    wait_for(lambda: list_latest(cluster.broker(1).bootstrap, "posed") == 15, what="the real follower catching up")

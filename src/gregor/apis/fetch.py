@@ -116,6 +116,12 @@ def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted],
             try:
                 if replica_id >= 0:
                     part = replicas.leader_partition(name, partition, epoch)
+                    if offset > part.log.log_end_offset:
+                        # as Kafka: a follower cannot be ahead of its leader; counting it would
+                        # move the high watermark over records no follower has
+                        raise KafkaError(ErrorCode.offset_out_of_range,
+                                         f"broker {replica_id} fetches {name}-{partition} at {offset}, past the"
+                                         f" leader's log end {part.log.log_end_offset}")
                     replicas.follower_fetched(part, replica_id, offset)
                 elif ctx.version >= 11:
                     part = replicas.local_partition(name, partition, epoch)
