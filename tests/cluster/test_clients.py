@@ -8,7 +8,9 @@ part of the data and commits before the leader goes; another member of the group
 from a single surviving broker, resumes at the committed offsets afterwards: every acknowledged
 message is read exactly once, in order per partition, and the final commit is the log end. The
 group is chosen so that its coordinator (the leader of its ``__consumer_offsets`` partition,
-RF 3) is the broker that goes: the committed offsets have to outlive it.
+RF 3) is the broker that goes: the committed offsets have to outlive it. A member that keeps
+consuming and committing while its coordinator goes (confluent-kafka, kafka-python) follows the
+group to the new coordinator and never resumes below an acknowledged commit.
 
 The project's own clients too: the ``gregor`` CLI's admin commands against any one broker, and
 the Spark connector's batch read and write.
@@ -208,9 +210,22 @@ def check_everything_read_once_in_order(prod: Production, ends: dict[int, int], 
         assert first[p] + second[p] == acked, f"partition {p}: values read"
 
 
-def read_to(ends: dict[int, int], committed: dict[int, int]) -> Callable[[Read], bool]:
-    """A second consumer's stop condition: every partition read to its log end."""
-    return lambda read: all((read[p][-1][0] + 1 if read[p] else committed.get(p, 0)) >= ends[p] for p in ends)
+@dataclass(frozen=True)
+class Until:
+    """When a consumer stops: once it has read ``count`` messages, or once every partition is
+    read to ``ends`` (from ``committed``, where it has read nothing). A predicate for the Python
+    clients; kcat is told ``-c count`` or ``-e`` (exit at the end of every partition)."""
+
+    count: int | None = None
+    ends: dict[int, int] | None = None
+    committed: dict[int, int] = field(default_factory=dict)
+
+    def __call__(self, read: Read) -> bool:
+        if self.count is not None:
+            return total(read) >= self.count
+        assert self.ends is not None
+        return all((read[p][-1][0] + 1 if read[p] else self.committed.get(p, 0)) >= end
+                   for p, end in self.ends.items())
 
 
 # -- the clients -------------------------------------------------------------------------------
@@ -227,7 +242,7 @@ class Client(Protocol):
     def leader_seen(self, topic: str, partition: int) -> int | None:
         """The partition's leader in the running producer's metadata (-1/None: unknown)."""
 
-    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+    def consume(self, bootstrap: str, group: str, topic: str, until: Until
                 ) -> tuple[Read, dict[int, int]]:
         """Subscribe in ``group``, read until ``until(read)``, commit, close; what was read and
         the group's committed offsets (as the library reports them)."""
@@ -283,7 +298,7 @@ class Confluent(ThreadedProducer):
         # list_topics asks a broker through the producer's own connections and metadata cache
         return self.producer.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
 
-    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+    def consume(self, bootstrap: str, group: str, topic: str, until: Until
                 ) -> tuple[Read, dict[int, int]]:
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                       "auto.offset.reset": "earliest"})
@@ -328,7 +343,7 @@ class KafkaPython(ThreadedProducer):
     def leader_seen(self, topic: str, partition: int) -> int | None:
         return self.producer._metadata.leader_for_partition(KpTP(topic, partition))  # noqa: SLF001
 
-    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+    def consume(self, bootstrap: str, group: str, topic: str, until: Until
                 ) -> tuple[Read, dict[int, int]]:
         c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
                           auto_offset_reset="earliest")
@@ -397,7 +412,7 @@ class AioKafka:
     def leader_seen(self, topic: str, partition: int) -> int | None:
         return self.producer.client.cluster.leader_for_partition(AioTP(topic, partition))
 
-    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+    def consume(self, bootstrap: str, group: str, topic: str, until: Until
                 ) -> tuple[Read, dict[int, int]]:
         async def run() -> tuple[Read, dict[int, int]]:
             c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
@@ -488,37 +503,22 @@ class Kcat:
         return next(p["leader"] for t in md["topics"] if t["topic"] == topic
                     for p in t["partitions"] if p["partition"] == partition)
 
-    def consume(self, bootstrap: str, group: str, topic: str, until: Callable[[Read], bool]
+    def consume(self, bootstrap: str, group: str, topic: str, until: Until
                 ) -> tuple[Read, dict[int, int]]:
-        """``kcat -G`` until ``until(read)``, then SIGTERM: kcat closes the consumer, which commits
-        the offsets of the messages it handed over (all of them printed: -u, read to the end)."""
+        """``kcat -G`` with ``-c`` or ``-e``: kcat stops by itself after the last message it
+        prints and closes the consumer, which commits the offsets of the messages printed. (A
+        SIGTERM would not do: kcat stores the offset of a message it polls, then drops it
+        unprinted once it is told to stop.)"""
         assert KCAT is not None
-        proc = subprocess.Popen([KCAT, "-b", bootstrap, "-G", group, "-X", "auto.offset.reset=earliest", "-u",
-                                 "-f", "%p %o %s\n", topic], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stop = ["-c", str(until.count)] if until.count is not None else ["-e"]
+        out = subprocess.run([KCAT, "-b", bootstrap, "-G", group, "-X", "auto.offset.reset=earliest", *stop,
+                              "-f", "%p %o %s\n", topic], capture_output=True, timeout=120)
+        assert out.returncode == 0, f"kcat -G exited with {out.returncode}: {out.stderr.decode()}"
         read: Read = {p: [] for p in range(PARTITIONS)}
-        lock = threading.Lock()
-
-        def output() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                p, o, v = line.split()
-                with lock:
-                    read[int(p)].append((int(o), v))
-
-        reader = threading.Thread(target=output, daemon=True)
-        reader.start()
-        try:
-            def done() -> bool:
-                assert proc.poll() is None, f"kcat -G exited with {proc.returncode}: {proc.stderr.read().decode()}"  # type: ignore[union-attr]
-                with lock:
-                    return until(read)
-
-            wait_for(done, 90, f"kcat -G to read what it should ({total(read)} read)")
-        finally:
-            proc.terminate()
-            rc = proc.wait(60)
-            reader.join(30)
-        assert rc == 0, f"kcat -G exited with {rc}: {proc.stderr.read().decode()}"  # type: ignore[union-attr]
+        for line in out.stdout.splitlines():
+            p, o, v = line.split()
+            read[int(p)].append((int(o), v))
+        assert until(read), f"kcat -G read {total(read)} messages"
         return read, {p: o for (t, p), o in cli_committed(self.cli_bootstrap(), group).items() if t == topic}
 
 
@@ -549,7 +549,7 @@ def produce_and_consume_through_a_leader_change(cluster: Any, client: Client, *,
     try:
         wait_for(lambda: prod.count() >= BEFORE, what=f"{BEFORE} acknowledgements")
         assert client.leader_seen(topic, 0) == victim
-        first, committed = client.consume(cluster.bootstrap, group, topic, lambda read: total(read) >= BEFORE // 2)
+        first, committed = client.consume(cluster.bootstrap, group, topic, Until(count=BEFORE // 2))
         # (a partition assigned but not read yet has no commit, or a commit of 0, by library)
         assert {p: committed.get(p, 0) for p in range(PARTITIONS)} == {p: len(first[p]) for p in range(PARTITIONS)}
         assert sum(committed.values()) >= BEFORE // 2
@@ -569,7 +569,7 @@ def produce_and_consume_through_a_leader_change(cluster: Any, client: Client, *,
 
     ends = log_ends(one_broker, topic)
     assert coordinator_of(one_broker, group) in survivors  # the group's coordinator moved with its partition
-    second, committed_after = client.consume(one_broker, group, topic, read_to(ends, committed))
+    second, committed_after = client.consume(one_broker, group, topic, Until(ends=ends, committed=committed))
     check_everything_read_once_in_order(prod, ends, first, committed, second)
     assert committed_after == ends
 
@@ -713,7 +713,7 @@ def member_lives_through_the_loss_of_its_coordinator(cluster: Any, make_member: 
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline:
                 with lock:
-                    if ends and read_to(ends, {})(reads):
+                    if ends and Until(ends=ends)(reads):
                         break
                 msgs = member.poll()
                 if not msgs:
@@ -922,3 +922,52 @@ def test_gregor_cli_against_any_broker_through_a_leader_and_coordinator_sigkill(
     for i in survivors:
         wait_for(lambda i=i: topic not in cli_json("topics", "list", "--bootstrap-server", address[i]),
                  what=f"broker {i} to forget {topic}")
+
+
+# -- the Spark connector -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spark():
+    """A local-mode session as tests/spark uses (tests/support/spark_session.py), stopped at the
+    end of this module unless it was running already."""
+    from pyspark.sql import SparkSession
+
+    from tests.support.spark_session import new_session
+
+    running = SparkSession.getActiveSession()
+    s = new_session()
+    yield s
+    if running is None:
+        s.stop()
+
+
+@pytest.mark.timeout(420)
+def test_spark_batch_write_and_read_through_a_leader_sigkill(spark, cluster_factory):
+    """A batch write from one broker's address, the leader of partition 0 SIGKILLed, a second
+    batch write that waits out the election, and a batch read from one surviving broker: every
+    row once, at consecutive offsets, in the order written per partition."""
+    cluster = start_cluster(cluster_factory)
+    topic = "spark-orders"
+    victim = create_topic(cluster.bootstrap, topic)[0]
+    survivors = [i for i in cluster.ids if i != victim]
+    per_write = 600  # rows per partition per write
+
+    def write(first_seq: int, bootstrap: str) -> None:
+        rows = [(value(p, seq), p) for seq in range(first_seq, first_seq + per_write) for p in range(PARTITIONS)]
+        # one Spark partition: one producer, so each topic partition gets its rows in this order
+        df = spark.createDataFrame(rows, "value binary, partition int").coalesce(1)
+        (df.write.format("gregor").mode("append").option("kafka.bootstrap.servers", bootstrap)
+         .option("kafka.acks", "all").option("topic", topic).save())
+
+    write(0, cluster.broker(victim).bootstrap)
+    cluster.kill(victim)
+    write(per_write, cluster.bootstrap)
+    assert all(leader in survivors for leader, _isr in leaders(cluster.broker(survivors[0]).bootstrap, topic).values())
+
+    back = (spark.read.format("gregor").option("kafka.bootstrap.servers", cluster.broker(survivors[1]).bootstrap)
+            .option("subscribe", topic).load().select("partition", "offset", "value").collect())
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    for r in sorted(back, key=lambda r: (r.partition, r.offset)):
+        got[r.partition].append((r.offset, bytes(r.value)))
+    for p in range(PARTITIONS):
+        assert [o for o, _ in got[p]] == list(range(2 * per_write)), f"partition {p}: offsets"
+        assert [v for _, v in got[p]] == [value(p, seq) for seq in range(2 * per_write)], f"partition {p}: rows"
