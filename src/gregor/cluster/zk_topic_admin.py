@@ -24,7 +24,7 @@ from gregor.cluster import zk_admin
 from gregor.cluster.replica_assignment import BrokerMetadata, assign_new_partitions, assign_replicas_to_brokers
 from gregor.cluster.topic_admin import MAX_PARTITIONS, TopicAdmin, apply_config_ops
 from gregor.cluster.zk import znodes as zn
-from gregor.cluster.zk.client import BadVersionError, NodeExistsError, ZkClient
+from gregor.cluster.zk.client import BadVersionError, KazooException, NodeExistsError, ZkClient
 from gregor.cluster.zk_metadata import ZkClusterMetadata
 from gregor.config import BrokerConfig, ConfigError, parse_topic_config
 from gregor.log.log_manager import LogManager
@@ -177,6 +177,8 @@ class ZkTopicAdmin(TopicAdmin):
         except KafkaError as e:
             if e.code != ErrorCode.topic_already_exists:
                 log.warning("cannot create topic %s: %s", name, e.message)
+        except KazooException as e:  # ZooKeeper unreachable, or the session expired: the client asks again
+            log.warning("cannot create topic %s now: ZooKeeper did not answer (%s)", name, type(e).__name__)
         except Exception:
             log.exception("cannot create topic %s", name)
 
