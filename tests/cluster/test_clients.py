@@ -103,21 +103,9 @@ def leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int]]]:
     return {} if t.error_code else {p.partition_index: (p.leader_id, list(p.isr_nodes)) for p in t.partitions}
 
 
-def brokers_seen(bootstrap: str) -> list[int]:
-    md = call(bootstrap, ApiKey.METADATA, 9, {
-        "topics": [], "allow_auto_topic_creation": False,
-        "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
-    return sorted(b.node_id for b in md.brokers)
-
-
 def start_cluster(cluster_factory: Callable[..., Any]) -> Any:
-    """Three brokers, once each lists all three in its Metadata: a broker is ready before it has
-    seen the others register, and would refuse RF 3 until then (INVALID_REPLICATION_FACTOR)."""
-    cluster = cluster_factory(3, overrides=OVERRIDES)
-    for i in cluster.ids:
-        wait_for(lambda i=i: brokers_seen(cluster.broker(i).bootstrap) == cluster.ids,
-                 what=f"broker {i} to see the whole cluster")
-    return cluster
+    """Three brokers (the factory waits until each lists all three in its Metadata)."""
+    return cluster_factory(3, overrides=OVERRIDES)
 
 
 def fully_replicated(bootstrap: str, topic: str, partitions: int) -> dict[int, int] | None:
@@ -873,7 +861,7 @@ def test_gregor_cli_against_any_broker_through_a_leader_and_coordinator_sigkill(
     if listing.returncode:  # (the dead broker was still registered)
         assert f"the groups of broker {victim} ({address[victim]})" in listing.stderr, listing.stderr
     else:  # (this machine was slow: the session had expired already)
-        assert victim not in brokers_seen(address[survivors[0]])
+        assert victim not in cluster.brokers_seen(survivors[0])
 
     def moved(broker: int) -> dict[str, Any] | None:
         t = described(broker)

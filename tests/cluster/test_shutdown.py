@@ -47,8 +47,6 @@ def test_sigterm_while_joining_stops_cleanly(tmp_path):
 
 def test_controlled_shutdown_moves_leadership_and_leaves_every_isr(cluster_factory):
     cluster = cluster_factory(3, {**FAST, "replica.lag.time.max.ms": "30000"})
-    for b in cluster.ids:
-        wait_for(lambda b=b: len(cluster.broker(b).bootstrap) and True, what="start")
     create_topic(cluster.bootstrap, "steady", 6, 3, {"min.insync.replicas": "2"})
     wait_for(lambda: all(len(partition_state(cluster.bootstrap, "steady", p)[2]) == 3 for p in range(6)),
              what="full ISRs")

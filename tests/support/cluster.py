@@ -19,7 +19,9 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from gregor.admin.wire_client import WireClient
 from gregor.devcluster import LogWatch, broker_ready_text
+from gregor.protocol.api_keys import ApiKey
 from tests.support.broker_process import BrokerProcess
 from tests.support.zookeeper import ZooKeeperServer, stop_process
 
@@ -60,7 +62,31 @@ class BrokerCluster:
         with ThreadPoolExecutor(len(self.brokers)) as pool:
             for f in [pool.submit(self.start_broker, i, timeout) for i in self.ids]:
                 f.result()
+        self.wait_formed(timeout=timeout)
         return self
+
+    def brokers_seen(self, broker_id: int) -> list[int]:
+        """The broker ids ``broker_id``'s Metadata lists."""
+        wire = WireClient(self.broker(broker_id).bootstrap)
+        try:
+            md = wire.call(ApiKey.METADATA, 9, {
+                "topics": [], "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
+        finally:
+            wire.close()
+        return sorted(b.node_id for b in md.brokers)
+
+    def wait_formed(self, timeout: float = 30) -> None:
+        """Wait until every running broker lists every running broker: a broker is ready before it
+        has seen the others register (its watch fires a moment later), and refuses a replication
+        factor larger than the brokers it has seen."""
+        want = self.alive_ids()
+        deadline = time.monotonic() + timeout
+        for i in want:
+            while self.brokers_seen(i) != want:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"broker {i} sees brokers {self.brokers_seen(i)}, not {want}")
+                time.sleep(0.05)
 
     def start_broker(self, broker_id: int, timeout: float = 30) -> BrokerProcess:
         """Start one broker and wait until it says it is ready: it listens from early on, but
