@@ -44,6 +44,7 @@ from gregor.admin.wire_client import WireClient
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, partition_for
 from gregor.protocol.errors import ErrorCode
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,15 +61,6 @@ KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 Read = dict[int, list[tuple[int, bytes]]]  # partition -> (offset, value) in the order read
 
-
-def wait_for(cond: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def value(partition: int, seq: int) -> bytes:

@@ -18,7 +18,8 @@ from confluent_kafka.admin import (
 from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from tests.cluster.test_replication import FAST, create_topic, wait_for
+from tests.cluster.test_replication import FAST, create_topic
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

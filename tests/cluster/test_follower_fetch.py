@@ -14,7 +14,8 @@ from confluent_kafka import Consumer
 from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from tests.cluster.test_replication import FAST, create_topic, partition_state, produce_all, wait_for
+from tests.cluster.test_replication import FAST, create_topic, partition_state, produce_all
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

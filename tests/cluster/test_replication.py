@@ -4,7 +4,6 @@ follower that falls behind, and a divergent tail truncated on return."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -13,6 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -20,15 +20,6 @@ FAST = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "3000
         "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "200",
         "controlled.shutdown.retry.backoff.ms": "500", "leader.imbalance.check.interval.seconds": "3600"}
 
-
-def wait_for(cond: Callable[[], object], timeout: float = 30, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:

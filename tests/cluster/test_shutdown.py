@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.cluster.test_replication import FAST, create_topic, partition_state, wait_for
+from tests.cluster.test_replication import FAST, create_topic, partition_state
 from tests.support.broker_process import free_port
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
