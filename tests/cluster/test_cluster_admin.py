@@ -111,3 +111,54 @@ def test_delete_topic_removes_the_replicas_on_every_broker(cluster_factory):
     for b in cluster.ids:
         md = AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap}).list_topics(timeout=10)
         assert "doomed" not in md.topics
+
+
+def test_a_topic_deleted_with_committed_offsets_and_created_again_starts_empty_everywhere(cluster_factory):
+    """librdkafka's 0107 on three brokers: the coordinator's removal of the deleted topic's offsets
+    is a replicated write; it had made the deletion stop half-way on the coordinator's broker,
+    whose old replicas then came back inside the new topic."""
+    from confluent_kafka import Consumer
+
+    from tests.cluster.test_replication import consume_all, produce_all
+
+    cluster = cluster_factory(3, {**FAST, "offsets.topic.replication.factor": "3"})
+    create_topic(cluster.bootstrap, "again", 3, 3)
+    for p in range(3):
+        produce_all(cluster.bootstrap, "again", [b"old-%d" % i for i in range(10)], partition=p)
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "again-readers",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe(["again"])
+    got = 0
+    while got < 30:
+        m = c.poll(1)
+        if m is not None and not m.error():
+            got += 1
+    c.commit(asynchronous=False)
+    c.close()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.delete_topics(["again"], operation_timeout=30)["again"].result(30)
+    create_topic(cluster.bootstrap, "again", 3, 3)
+    for p in range(3):
+        produce_all(cluster.bootstrap, "again", [b"new-%d" % i for i in range(4)], partition=p)
+        assert [v for _, v in consume_all(cluster.bootstrap, "again", 4, partition=p)] == \
+            [b"new-%d" % i for i in range(4)]
+    # every replica holds exactly the new records (none kept the old topic's log)
+    for b in cluster.ids:
+        wire = Wire(cluster.broker(b).bootstrap)
+        resp = wire.call(ApiKey.LIST_OFFSETS, 4, {"replica_id": b % 3 + 1, "isolation_level": 0, "topics": [
+            {"name": "again", "partitions": [{"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
+                                             for p in range(3)]}]})
+        wire.close()
+        for part in resp.topics[0].partitions:
+            if part.error_code == ErrorCode.none:  # this broker leads it: its log end
+                assert part.offset == 4, (b, part)
+    def replica_bytes(p: int) -> set[bytes]:
+        return {b"".join(f.read_bytes() for f in sorted((cluster.broker(b).data_dir / f"again-{p}").glob("*.log")))
+                for b in cluster.ids}
+
+    for p in range(3):  # the three replicas byte-identical (a stale one would hold the old records)
+        wait_for(lambda p=p: len(replica_bytes(p)) == 1, what=f"again-{p}'s replicas identical")
+        assert b"old-" not in replica_bytes(p).pop()
+    assert "deletion listener failed" not in "".join(cluster.broker(b).output() for b in cluster.ids)
+    assert "listener" not in "".join(line for b in cluster.ids for line in cluster.broker(b).output().splitlines()
+                                     if "ERROR" in line)

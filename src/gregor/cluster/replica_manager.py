@@ -137,6 +137,10 @@ class ReplicaManager:
             if part is not None:
                 self._drop(part, delete=True)
             return
+        if part is not None and self.logs.get(topic, partition) is not part.log:
+            # the topic was deleted and created again: the replica of the old one is gone
+            self._drop(part, delete=False)
+            part = None
         if part is None:
             part = self._open(topic, partition, replicas)
             if part is None:

@@ -160,7 +160,10 @@ class TopicAdmin:
         self.registry.forget(topic.name)
         dirs = self.logs.delete_logs(topic)
         for listener in self.on_deleted:
-            listener(topic.name)
+            try:
+                listener(topic.name)
+            except Exception:  # the topic is gone whatever a listener makes of it
+                log.exception("topic %s: a deletion listener failed", topic.name)
         return dirs
 
     def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:

@@ -159,7 +159,7 @@ class ZkClusterMetadata(ClusterMetadata):
             log.info("live brokers: %s%s%s", sorted(live), f" (gone: {sorted(gone)})" if gone else "",
                      f" (new: {sorted(came)})" if came else "")
         for fn in list(self.on_brokers):
-            fn(dict(live))
+            _tell(fn, dict(live))
 
     def _topics_changed(self, children: list[str]) -> None:
         names = set(children)
@@ -172,7 +172,7 @@ class ZkClusterMetadata(ClusterMetadata):
                 self.states.pop((gone, p), None)
             log.info("topic %s deleted from the cluster", gone)
             for fn in list(self.on_topic_deleted):
-                fn(gone)
+                _tell(fn, gone)
         for new in sorted(names - set(self._topics)):
             self._topics[new] = _TopicWatches()
             self._spawn(self._watch_topic(new))
@@ -207,7 +207,7 @@ class ZkClusterMetadata(ClusterMetadata):
             tw.configs = configs
             if tw.assignment is not None:
                 for fn in list(self.on_topic):
-                    fn(tw.assignment, dict(configs))
+                    _tell(fn, tw.assignment, dict(configs))
 
     def _topic_data(self, topic: str, data: bytes | None) -> None:
         tw = self._topics.get(topic)
@@ -221,7 +221,7 @@ class ZkClusterMetadata(ClusterMetadata):
         tw.assignment = assignment
         self.assignments[topic] = assignment
         for fn in list(self.on_topic):
-            fn(assignment, dict(tw.configs))
+            _tell(fn, assignment, dict(tw.configs))
         for p in sorted(set(assignment.partitions) - tw.partitions):
             tw.partitions.add(p)
             self._spawn(self._watch_state(topic, p, tw))
@@ -254,10 +254,19 @@ class ZkClusterMetadata(ClusterMetadata):
             self.states[(topic, partition)] = st
         replicas = list(assignment.partitions.get(partition, []))
         for fn in list(self.on_partition):
-            fn(topic, partition, replicas, st)
+            _tell(fn, topic, partition, replicas, st)
 
     def remember_state(self, topic: str, partition: int, state: zn.PartitionState) -> None:
         """A state this broker wrote itself (a leader's ISR change), known before the watch says so."""
         old = self.states.get((topic, partition))
         if old is None or state.zk_version > old.zk_version:
             self.states[(topic, partition)] = state
+
+
+def _tell(fn: Callable[..., object], *args: object) -> None:
+    """One listener: its failure is logged and never keeps the others from hearing the change
+    (a topic deletion that stopped at the first failing listener left stale replicas open)."""
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("listener %s failed on %s", getattr(fn, "__qualname__", fn), args[:2])

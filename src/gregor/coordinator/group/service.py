@@ -329,6 +329,18 @@ class GroupCoordinatorService:
         """Remove committed offsets of a deleted topic (Kafka: handleDeletedPartitions)."""
         removed = 0
         for rt in self.runtimes.values():
-            if rt.state is ShardState.ACTIVE:
-                removed += rt.execute(lambda s: s.delete_topic_offsets(topic))
+            if rt.state is not ShardState.ACTIVE:
+                continue
+            count = rt.execute(lambda s: s.delete_topic_offsets(topic))
+            if isinstance(count, Deferred):  # a replicated shard: counted once the ISR has the tombstones
+                count.add_done_callback(functools.partial(_log_removed, topic, rt.name))
+            else:
+                removed += count
         log.info("Removed %d offsets associated with deleted topic %s", removed, topic)
+
+
+def _log_removed(topic: str, shard: str, done: Deferred[int]) -> None:
+    try:
+        log.info("Removed %d offsets associated with deleted topic %s (%s)", done.result(), topic, shard)
+    except Exception as e:  # noqa: BLE001 - the shard moved or failed; its next leader replays the tombstones or not
+        log.warning("removing the offsets of deleted topic %s on %s: %s", topic, shard, e)
