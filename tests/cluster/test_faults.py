@@ -10,15 +10,17 @@ the brokers' data directories, batch by batch).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -29,7 +31,9 @@ from tests.support.cluster import BrokerCluster
 
 pytestmark = pytest.mark.timeout(300)
 
-FAST = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "10000",
+# replica.lag.time.max.ms at Kafka's default (30 s): replicas of dead brokers leave the ISRs because
+# the controller takes them out, well before their leaders would
+FAST = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "30000",
         "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "200",
         "controlled.shutdown.retry.backoff.ms": "500", "leader.imbalance.check.interval.seconds": "3600",
         "offsets.topic.num.partitions": "3"}  # the check consumers' group creates it: keep it small
@@ -67,10 +71,6 @@ def controller_epoch(zk: KazooClient) -> int:
     return zn.decode_controller_epoch(zk.get(zn.CONTROLLER_EPOCH)[0])
 
 
-def registered(zk: KazooClient) -> list[int]:
-    return sorted(int(c) for c in zk.get_children(zn.BROKERS_IDS))
-
-
 def start_cluster(cluster_factory: Callable[..., BrokerCluster], size: int = 3, **kw: object) -> BrokerCluster:
     """A cluster whose brokers all name the controller in Metadata. A broker is ready before the
     first controller is elected; librdkafka's admin client that reads controller -1 from its first
@@ -104,9 +104,9 @@ def wait_full_isr(cluster: BrokerCluster, topic: str, partitions: int, replicas:
 # -- load -------------------------------------------------------------------------------------------
 class ContinuousProducer:
     """A producer in a thread sending ``b"<partition>:<seq>"`` to each partition in turn until
-    stopped, with at most ``max_outstanding`` records of a partition unanswered, retrying for as long as it takes
-    (message.timeout.ms of 5 min). ``acked[p]`` lists the (offset, value) of each record
-    acknowledged on partition p, in the order of the acknowledgements."""
+    stopped, with at most ``max_outstanding`` records of a partition unanswered, retrying for as
+    long as it takes (message.timeout.ms of 5 min). ``acked[p]`` lists the (offset, value) of each
+    record acknowledged on partition p, in the order of the acknowledgements."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, acks: str = "all", idempotent: bool = True,
                  max_outstanding: int = 100, pause_s: float = 0.002) -> None:
@@ -167,6 +167,9 @@ class ContinuousProducer:
             except BufferError:
                 producer.poll(0.1)
                 continue
+            except KafkaException as e:  # the producer is in a fatal state
+                self.fatal.append(str(e))
+                break
             seq[p] += 1
             i = p + 1
             producer.poll(0)
@@ -176,8 +179,9 @@ class ContinuousProducer:
     def wait_acked(self, more: int, timeout: float, what: str) -> int:
         """Until ``more`` acknowledgements past the current count; the new count."""
         target = self.count + more
-        wait_for(lambda: self.count >= target or self.fatal, timeout, what)
+        wait_for(lambda: self.count >= target or self.fatal or not self._thread.is_alive(), timeout, what)
         assert not self.fatal, self.fatal
+        assert self._thread.is_alive(), "the producer's thread ended"
         return self.count
 
     def stop(self) -> None:
@@ -185,18 +189,38 @@ class ContinuousProducer:
         self._stop.set()
         self._thread.join(150)
         assert not self._thread.is_alive(), "the producer did not finish flushing"
+        assert not self.fatal, self.fatal
         assert self.unflushed == 0, f"{self.unflushed} records were never answered"
 
 
 # -- checks -----------------------------------------------------------------------------------------
-def consume_to_end(bootstrap: str, topic: str, partitions: int, timeout: float = 90
-                   ) -> dict[int, list[tuple[int, bytes]]]:
-    """Every record of every partition from offset 0 to the high watermark (as the leaders
-    answer ListOffsets now), as (offset, value)."""
+def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: float = 30) -> dict[int, int]:
+    """Each partition's high watermark as its leader answers ListOffsets, asked again while
+    leadership moves (NOT_LEADER_OR_FOLLOWER: the controller's preferred replica election runs
+    5 s after it is elected, as Kafka's does)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hwm"})
+        try:
+            return {p: c.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(partitions)}
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+        finally:
+            c.close()
+        time.sleep(0.2)
+
+
+def consume_to_end(bootstrap: str, topic: str, partitions: int, at_least: dict[int, int] | None = None,
+                   timeout: float = 90) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record of every partition from offset 0 to the high watermark as the leaders answer
+    ListOffsets now, or to ``at_least[p]`` if that is further (a leader just elected may not know
+    the high watermark yet), as (offset, value)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
                   "enable.auto.commit": False, "auto.offset.reset": "error", "fetch.wait.max.ms": 100})
     try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in range(partitions)}
+        hwms = high_watermarks(bootstrap, topic, partitions)
+        ends = {p: max(hwms[p], (at_least or {}).get(p, 0)) for p in range(partitions)}
         out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
         todo = {p for p in range(partitions) if ends[p] > 0}
         c.assign([TopicPartition(topic, p, 0) for p in sorted(todo)])
@@ -221,10 +245,16 @@ def seq_of(value: bytes) -> int:
     return int(value.split(b":")[1])
 
 
+def last_acked(prod: ContinuousProducer, partitions: Iterable[int] | None = None) -> dict[int, int]:
+    """One past the largest acknowledged offset of each partition."""
+    return {p: max((o for o, _ in prod.acked[p]), default=-1) + 1
+            for p in (range(prod.partitions) if partitions is None else partitions)}
+
+
 def check_read_exactly_once(bootstrap: str, prod: ContinuousProducer) -> dict[int, int]:
     """Every acknowledged record is read once, at its acknowledged offset, in the order produced,
     with no gap in the offsets; returns the number of records of each partition."""
-    got = consume_to_end(bootstrap, prod.topic, prod.partitions)
+    got = consume_to_end(bootstrap, prod.topic, prod.partitions, last_acked(prod))
     for p in range(prod.partitions):
         offsets = [o for o, _ in got[p]]
         values = [v for _, v in got[p]]
@@ -246,7 +276,7 @@ def check_acks_1(bootstrap: str, prod: ContinuousProducer, kept_leader: set[int]
     """acks=1 without idempotence promises less: offsets without gaps, and the acknowledged
     records of the partitions in ``kept_leader`` (never led by another replica: nothing truncated)
     read back at their offsets. Returns the number of records of each partition."""
-    got = consume_to_end(bootstrap, prod.topic, prod.partitions)
+    got = consume_to_end(bootstrap, prod.topic, prod.partitions, last_acked(prod, kept_leader))
     for p in range(prod.partitions):
         assert [o for o, _ in got[p]] == list(range(len(got[p]))), f"partition {p}: offsets are not contiguous from 0"
         if p in kept_leader:
@@ -261,6 +291,7 @@ def log_prefix(data_dir: Path, topic: str, partition: int, hwm: int) -> bytes:
     end a batch exactly at ``hwm``)."""
     out = bytearray()
     next_offset = 0
+    epoch = -1
     for seg in sorted((data_dir / f"{topic}-{partition}").glob("*.log")):
         buf = seg.read_bytes()
         pos = 0
@@ -270,6 +301,11 @@ def log_prefix(data_dir: Path, topic: str, partition: int, hwm: int) -> bytes:
                 f"{seg}: batch at byte {pos} starts at offset {h.base_offset}, expected {next_offset}")
             if h.next_offset > hwm:
                 raise AssertionError(f"{seg}: the batch at offset {h.base_offset} straddles the high watermark {hwm}")
+            # one leader at a time: the leader epochs stamped in the batches never go back
+            batch_epoch = int.from_bytes(buf[pos + rb.PARTITION_LEADER_EPOCH:pos + rb.PARTITION_LEADER_EPOCH + 4],
+                                         "big", signed=True)
+            assert batch_epoch >= epoch, f"{seg}: leader epoch {batch_epoch} at offset {h.base_offset} after {epoch}"
+            epoch = batch_epoch
             out += buf[pos:pos + h.size]
             pos += h.size
             next_offset = h.next_offset
@@ -278,15 +314,13 @@ def log_prefix(data_dir: Path, topic: str, partition: int, hwm: int) -> bytes:
     return bytes(out)
 
 
-def check_replicas_identical(cluster: BrokerCluster, topic: str, partitions: int, expected: dict[int, int]) -> None:
-    """With every replica in the ISR (the caller waited for it) and nothing being produced: the
-    leader's high watermark is ``expected[p]`` and every replica's log holds the same bytes up to it."""
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "hwm"})
-    try:
-        hwms = {p: c.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in range(partitions)}
-    finally:
-        c.close()
-    assert hwms == expected, "the high watermarks moved after the records were read"
+def check_replicas_identical(cluster: BrokerCluster, topic: str, partitions: int, read: dict[int, int]) -> None:
+    """With every replica in the ISR (the caller waited for it) and nothing being produced: every
+    replica's log holds the same bytes up to the high watermark, which covers the ``read[p]``
+    records read."""
+    hwms = wait_for(lambda: all((h := high_watermarks(cluster.bootstrap, topic, partitions))[p] >= read[p]
+                                for p in range(partitions)) and h, 30,
+                    f"high watermarks covering the records read ({read})")
     with cluster.zk_client() as zk:
         assignment = zn.TopicAssignment.decode(topic, zk.get(zn.topic_path(topic))[0]).partitions
     for p in range(partitions):
@@ -296,50 +330,19 @@ def check_replicas_identical(cluster: BrokerCluster, topic: str, partitions: int
                                                   f"{hwms[p]} (sizes {sizes})"
 
 
-def dead_and_gone(cluster: BrokerCluster, broker_id: int, timeout: float = 30) -> None:
-    """Until the killed broker's registration is gone (its session expired)."""
-    with cluster.zk_client() as zk:
-        wait_for(lambda: broker_id not in registered(zk), timeout, f"broker {broker_id}'s session to expire")
+# -- more checks ------------------------------------------------------------------------------------
+def segment_bytes(cluster: BrokerCluster, broker_id: int, topic: str, partition: int) -> int:
+    return sum(f.stat().st_size for f in (cluster.broker(broker_id).data_dir / f"{topic}-{partition}").glob("*.log"))
 
 
-# -- the tests --------------------------------------------------------------------------------------
-def test_two_brokers_killed_under_acks_all_load_lose_nothing_acknowledged(cluster_factory):
-    cluster = start_cluster(cluster_factory)
-    topic, parts = "load", 3
-    create_topic(cluster.bootstrap, topic, parts, 3, {"min.insync.replicas": "2"})
-    before = wait_full_isr(cluster, topic, parts)
-    prod = ContinuousProducer(cluster.bootstrap, topic, parts).start()
-    prod.wait_acked(300, 60, "acknowledgements before any fault")
-
-    first = before[0].leader
-    cluster.kill(first)
-    # the controller takes it out of every ISR; two replicas are enough for min.insync.replicas=2
-    wait_states(cluster, topic, parts, lambda st: st.leader not in (first, zn.NO_LEADER) and first not in st.isr,
-                30, f"leaders other than broker {first} and ISRs without it")
-    prod.wait_acked(300, 60, "acknowledgements with one broker down")
-
-    second, survivor = [b for b in cluster.ids if b != first]
-    cluster.kill(second)
-    # the last ISR member stays: each partition is led by the survivor alone, or offline
-    wait_states(cluster, topic, parts,
-                lambda st: (st.leader == survivor and st.isr == [survivor]) or st.leader == zn.NO_LEADER,
-                30, f"broker {survivor} alone in the ISRs")
-    # NOT_ENOUGH_REPLICAS now: nothing is acknowledged, the producer retries
-    time.sleep(0.5)  # a leader hears of its ISR change through its watch shortly after ZooKeeper has it
-    stalled = prod.count
-    time.sleep(2)
-    assert prod.count == stalled, "acks=all was acknowledged with one replica in the ISR (min.insync.replicas=2)"
-
-    cluster.restart(first, timeout=60)
-    cluster.restart(second, timeout=60)
-    wait_full_isr(cluster, topic, parts)
-    prod.wait_acked(300, 90, "acknowledgements after both brokers returned")
-    prod.stop()
-    assert not prod.failed and not prod.fatal, (prod.failed[:5], prod.fatal)
-    counts = check_read_exactly_once(cluster.bootstrap, prod)
-    assert sum(counts.values()) == prod.count
-    wait_full_isr(cluster, topic, parts)
-    check_replicas_identical(cluster, topic, parts, counts)
+def expect_not_enough_replicas(bootstrap: str, topic: str, partition: int) -> None:
+    """An acks=all write (no retries) is refused with NOT_ENOUGH_REPLICAS, before anything is appended."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0, "message.timeout.ms": 10000,
+                  "enable.idempotence": False})
+    errors: list[KafkaError | None] = []
+    p.produce(topic, b"refused", partition=partition, on_delivery=lambda err, msg: errors.append(err))
+    assert p.flush(20) == 0
+    assert errors and errors[0] is not None and errors[0].code() == KafkaError.NOT_ENOUGH_REPLICAS, errors
 
 
 def produce_one_each(bootstrap: str, topic: str, partitions: int, value: bytes) -> dict[int, int]:
@@ -391,6 +394,144 @@ def metadata_agrees(bootstrap: str, topic: str, expected: dict[int, zn.Partition
                for p, st in expected.items())
 
 
+# -- ZooKeeper out of reach --------------------------------------------------------------------------
+class ZkRelay:
+    """A TCP relay in front of a ZooKeeper server (for the brokers' and the test's clients):
+    ``cut()`` drops every connection and closes new ones at once, ``restore()`` relays again.
+    While cut, ZooKeeper runs on and expires the sessions it no longer hears from."""
+
+    def __init__(self, server: object) -> None:
+        self.server = server
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.cut_off = False
+        self._socks: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="zk-relay", daemon=True).start()
+
+    def connect_string(self, chroot: str = "") -> str:
+        return f"127.0.0.1:{self.port}{chroot}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            if self.cut_off:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.server.port))  # type: ignore[attr-defined]
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks |= {client, upstream}
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            with self._lock:
+                self._socks -= {src, dst}
+
+    def cut(self) -> None:
+        self.cut_off = True
+        with self._lock:
+            socks = list(self._socks)
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def restore(self) -> None:
+        self.cut_off = False
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+@pytest.fixture
+def relayed_zookeeper(zookeeper_factory):
+    """A ZooKeeper server of the test's own and a relay in front of it."""
+    server = zookeeper_factory()
+    relay = ZkRelay(server)
+    yield server, relay
+    relay.close()
+
+
+def leaders_from_metadata(bootstrap: str, topic: str) -> dict[int, int]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return {p: pm.leader for p, pm in md.topics[topic].partitions.items()}
+
+
+# -- the tests --------------------------------------------------------------------------------------
+def test_two_brokers_killed_under_acks_all_load_lose_nothing_acknowledged(cluster_factory):
+    """An idempotent acks=all producer (min.insync.replicas=2, RF 3) runs throughout. The leader of
+    partition 0 is SIGKILLed while it holds records its followers have not fetched (they are
+    SIGSTOPped for a moment: those records are not acknowledged); then a second broker is
+    SIGKILLed: the survivor alone in the ISRs refuses acks=all writes with NOT_ENOUGH_REPLICAS
+    while the producer retries; then both come back."""
+    cluster = start_cluster(cluster_factory)
+    topic, parts = "load", 3
+    create_topic(cluster.bootstrap, topic, parts, 3, {"min.insync.replicas": "2"})
+    before = wait_full_isr(cluster, topic, parts)
+    prod = ContinuousProducer(cluster.bootstrap, topic, parts).start()
+    prod.wait_acked(300, 60, "acknowledgements before any fault")
+
+    first = before[0].leader
+    second, survivor = [b for b in cluster.ids if b != first]
+    for b in (second, survivor):
+        cluster.pause(b)
+    # the replicas' files are byte for byte the same up to where each has fetched. Records its
+    # followers lack hold up the producer's acknowledgements (and so its next requests), so the
+    # leader may be ahead of only one of them: wait a moment for it to be ahead of both
+    followers = lambda: [segment_bytes(cluster, b, topic, 0) for b in (second, survivor)]  # noqa: E731
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: segment_bytes(cluster, first, topic, 0) > max(followers()), 1, "", 0.02)
+    wait_for(lambda: segment_bytes(cluster, first, topic, 0) > min(followers()), 3,
+             f"broker {first} to hold records a follower does not have", 0.02)
+    cluster.kill(first)
+    for b in (second, survivor):
+        cluster.resume(b)
+    # the controller takes it out of every ISR; two replicas are enough for min.insync.replicas=2
+    wait_states(cluster, topic, parts, lambda st: st.leader not in (first, zn.NO_LEADER) and first not in st.isr,
+                20, f"leaders other than broker {first} and ISRs without it")
+    prod.wait_acked(300, 60, "acknowledgements with one broker down")
+
+    cluster.kill(second)
+    # the last ISR member stays: each partition is led by the survivor alone, or offline
+    alone = wait_states(cluster, topic, parts,
+                        lambda st: (st.leader == survivor and st.isr == [survivor]) or st.leader == zn.NO_LEADER,
+                        20, f"broker {survivor} alone in the ISRs")
+    led = [p for p, st in alone.items() if st.leader == survivor]
+    assert led, alone
+    own = cluster.broker(survivor).bootstrap
+    wait_for(lambda: metadata_agrees(own, topic, alone), 10, f"broker {survivor} to know it is alone in the ISRs")
+    expect_not_enough_replicas(own, topic, led[0])
+
+    cluster.restart(first, timeout=60)
+    cluster.restart(second, timeout=60)
+    wait_full_isr(cluster, topic, parts)
+    prod.wait_acked(300, 90, "acknowledgements after both brokers returned")
+    prod.stop()
+    assert not prod.failed and not prod.fatal, (prod.failed[:5], prod.fatal)
+    counts = check_read_exactly_once(cluster.bootstrap, prod)
+    assert sum(counts.values()) == prod.count
+    wait_full_isr(cluster, topic, parts)
+    check_replicas_identical(cluster, topic, parts, counts)
+
+
 @pytest.mark.parametrize("kill_when", ["topic written", "initialising"])
 def test_controller_killed_while_a_new_topic_is_created(cluster_factory, kill_when):
     """SIGKILL the controller as soon as the topic's node is in ZooKeeper (CreateTopics went to the
@@ -424,7 +565,7 @@ def test_controller_killed_while_a_new_topic_is_created(cluster_factory, kill_wh
 
     live = set(survivors)
     after = wait_states(cluster, topic, parts, lambda st: st.leader in live and set(st.isr) <= live
-                        and st.leader in st.isr, 60,
+                        and st.leader in st.isr, 20,
                         f"every partition led by a live broker with live ISRs ({initialised} of {parts} "
                         "had a state when the controller died)")
     bootstrap = ",".join(cluster.broker(b).bootstrap for b in survivors)
@@ -484,14 +625,17 @@ def test_controller_killed_during_a_leader_election(cluster_factory):
         assert controller_epoch(zk) == epoch + 1
 
     live = set(survivors)
+    # well within replica.lag.time.max.ms: the controller takes the dead out of the ISRs, not their leaders
     after = wait_states(cluster, topic, parts, lambda st: st.leader in live and set(st.isr) <= live
-                        and st.leader in st.isr, 60, "every partition led by a live ISR member, the dead out "
+                        and st.leader in st.isr, 20, "every partition led by a live ISR member, the dead out "
                         f"of the ISRs (the dying controller wrote {sum(s != before[p] for p, s in at_kill.items())} "
                         f"of {parts} states)")
+    bootstrap = ",".join(cluster.broker(b).bootstrap for b in survivors)
+    wait_for(lambda: metadata_agrees(bootstrap, topic, after), 30, "Metadata to agree with ZooKeeper")
+    assert any(st.controller_epoch == epoch + 1 for st in after.values()), "the new controller wrote nothing"
     for p, st in after.items():
         assert st.leader in before[p].isr, f"partition {p}: leader {st.leader} was not in the ISR {before[p].isr}"
         assert st.leader_epoch > before[p].leader_epoch, f"partition {p}: {before[p]} -> {st}"
-        assert st.controller_epoch == epoch + 1 or st == at_kill[p], f"partition {p}: {before[p]} -> {st}"
     prod.wait_acked(300, 60, "acknowledgements with two brokers down")
 
     cluster.restart(victim, timeout=60)
@@ -506,23 +650,19 @@ def test_controller_killed_during_a_leader_election(cluster_factory):
     check_replicas_identical(cluster, topic, parts, counts)
 
 
-def leaders_from_metadata(bootstrap: str, topic: str) -> dict[int, int]:
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    return {p: pm.leader for p, pm in md.topics[topic].partitions.items()}
-
-
-@pytest.mark.parametrize("outage", ["killed", "hung"])
-def test_zookeeper_down_for_30_seconds_under_load(cluster_factory, zookeeper_factory, outage):
-    """ZooKeeper gone for 30 s, much longer than the brokers' 4 s sessions, under acks=all and
-    acks=1 load: SIGKILLed then started again over the same data ("killed": the server restores
-    the sessions from its data with a fresh timeout, so the brokers resume them), or SIGSTOPped
-    then SIGCONTed ("hung": the server expires every session at once, the brokers register again
-    and a controller is elected again). Meanwhile the leaders go on serving produce and fetch
-    with the leadership they had, and the brokers say ZooKeeper is unreachable. Afterwards every
-    partition is led with a full ISR, nothing acknowledged with acks=all is lost, and the
-    replicas are identical below the high watermark (there was never a second leader writing)."""
-    zk_server = zookeeper_factory()
-    cluster = start_cluster(cluster_factory, zk=zk_server)
+@pytest.mark.parametrize("outage", ["killed", "cut off"])
+def test_zookeeper_down_for_30_seconds_under_load(cluster_factory, relayed_zookeeper, outage):
+    """ZooKeeper out of reach for 30 s, much longer than the brokers' 4 s sessions, under acks=all
+    and acks=1 load. "killed": the server is SIGKILLed, then started again over the same data; it
+    restores the sessions from its data with a fresh timeout and the brokers resume them. "cut
+    off": the server runs on, but the brokers' connections to it are cut (a relay in between); it
+    expires their sessions, and when they reach it again they register again and a controller is
+    elected again. Meanwhile the leaders go on serving produce and fetch with the leadership they
+    had, and the brokers say ZooKeeper is unreachable. Afterwards every partition is led with a
+    full ISR, nothing acknowledged with acks=all is lost, and the replicas are identical below the
+    high watermark (there was never a second leader writing)."""
+    zk_server, relay = relayed_zookeeper
+    cluster = start_cluster(cluster_factory, zk=relay)
     parts = 3
     create_topic(cluster.bootstrap, "all", parts, 3, {"min.insync.replicas": "2"})
     create_topic(cluster.bootstrap, "one", parts, 3)
@@ -538,7 +678,7 @@ def test_zookeeper_down_for_30_seconds_under_load(cluster_factory, zookeeper_fac
     if outage == "killed":
         zk_server.kill()
     else:
-        zk_server.pause()
+        relay.cut()
     down_at = time.monotonic()
     # every broker says so
     wait_for(lambda: all("ZooKeeper connection to" in (out := cluster.broker(b).output()[marks[b]:]) and "lost" in out
@@ -559,16 +699,16 @@ def test_zookeeper_down_for_30_seconds_under_load(cluster_factory, zookeeper_fac
     if outage == "killed":
         zk_server.start()
     else:
-        zk_server.resume()
+        relay.restore()
     cluster.wait_registered(cluster.ids, timeout=60)
     with cluster.zk_client() as zk:
         wait_for(lambda: controller_of(zk) in cluster.ids, 30, "a controller")
-        if outage == "hung":
+        if outage == "cut off":
             # the sessions expired: every broker registered again, a controller was elected again
-            assert controller_epoch(zk) > epoch
+            wait_for(lambda: controller_epoch(zk) > epoch, 30, "a controller elected again")
             for b in cluster.ids:
-                out = cluster.broker(b).output()[marks[b]:]
-                assert "ZooKeeper session expired" in out and f"registered broker {b} at" in out, out[-3000:]
+                wait_for(lambda b=b: "ZooKeeper session expired" in (out := cluster.broker(b).output()[marks[b]:])
+                         and f"registered broker {b} at" in out, 10, f"broker {b} to register in a new session")
     after = {t: wait_full_isr(cluster, t, parts) for t in ("all", "one")}
     all_acks.wait_acked(300, 60, "acks=all acknowledgements after ZooKeeper returned")
     one_acks.wait_acked(300, 60, "acks=1 acknowledgements after ZooKeeper returned")
