@@ -581,11 +581,13 @@ def test_controller_killed_while_a_new_topic_is_created(cluster_factory, kill_wh
     assert read_at(cluster.bootstrap, topic, offsets) == {p: b"all back" for p in range(parts)}
 
 
-def test_controller_killed_during_a_leader_election(cluster_factory):
-    """A broker that leads many partitions is SIGKILLed; when its session expires the controller
-    starts electing new leaders, and is SIGKILLed as soon as its first election is in ZooKeeper.
-    The next controller finishes: every partition is led by a live member of its ISR, with a
-    higher leader epoch; nothing acknowledged is lost."""
+@pytest.mark.parametrize("when", ["during its election", "together"])
+def test_controller_killed_during_a_leader_election(cluster_factory, when):
+    """A broker that leads many partitions is SIGKILLed, and the controller with it: "during its
+    election": when the broker's session expires the controller starts electing new leaders, and
+    is SIGKILLed as soon as its first election is in ZooKeeper; "together": both at once, before
+    any election. The next controller finishes: every partition is led by a live member of its
+    ISR, with a higher leader epoch, the dead are out of the ISRs; nothing acknowledged is lost."""
     cluster = start_cluster(cluster_factory, 4)
     topic, parts = "elect", 24
     create_topic(cluster.bootstrap, topic, parts, 3, {"min.insync.replicas": "2"})
@@ -615,10 +617,14 @@ def test_controller_killed_during_a_leader_election(cluster_factory):
                 return False
             return None
 
-        zk.DataWatch(zn.state_path(topic, led[victim][0]), on_state)
-        cluster.kill(victim)
-        assert killed.wait(30), "the controller elected no new leader"
-        cluster.kill(controller)
+        if when == "together":
+            cluster.kill(victim)
+            cluster.kill(controller)
+        else:
+            zk.DataWatch(zn.state_path(topic, led[victim][0]), on_state)
+            cluster.kill(victim)
+            assert killed.wait(30), "the controller elected no new leader"
+            cluster.kill(controller)
         at_kill = states(zk, topic, parts)
         survivors = [b for b in cluster.ids if b not in (victim, controller)]
         wait_for(lambda: controller_of(zk) in survivors, 30, "a new controller")
