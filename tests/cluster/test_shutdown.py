@@ -71,7 +71,7 @@ def test_controlled_shutdown_moves_leadership_and_leaves_every_isr(cluster_facto
             i += 1
         p.flush(60)
 
-    t = threading.Thread(target=produce)
+    t = threading.Thread(target=produce, daemon=True)  # a wedged client must fail the test, not hang pytest
     t.start()
     wait_for(lambda: len(acked) > 200, what="production under way")
     assert cluster.stop(victim) == 0
@@ -89,4 +89,5 @@ def test_controlled_shutdown_moves_leadership_and_leaves_every_isr(cluster_facto
     wait_for(lambda: len(acked) > before + 200, timeout=20, what="acks=all going on without the stopped broker")
     running.clear()
     t.join(90)
+    assert not t.is_alive(), "the producer did not finish within 90 s"
     assert not errors, errors[:5]
