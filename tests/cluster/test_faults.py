@@ -23,11 +23,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
 
 from gregor.cluster.zk import znodes as zn
 from gregor.protocol import record_batch as rb
 from tests.cluster.test_replication import create_topic
 from tests.support.cluster import BrokerCluster
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,31 +42,27 @@ FAST = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "3000
         "offsets.topic.num.partitions": "3"}  # the check consumers' group creates it: keep it small
 
 
-def wait_for(cond: Callable[[], object], timeout: float = 30, what: str = "condition",
-             interval: float = 0.1) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
 # -- ZooKeeper's view -------------------------------------------------------------------------------
 def states(zk: KazooClient, topic: str, partitions: int) -> dict[int, zn.PartitionState | None]:
     """Each partition's state node (None: not there)."""
     out: dict[int, zn.PartitionState | None] = {}
     for p in range(partitions):
         path = zn.state_path(topic, p)
-        got = zk.exists(path) and zk.get(path)
+        got = get(zk, path)
         out[p] = zn.PartitionState.decode(got[0], got[1].version, path) if got else None
     return out
 
 
+def get(zk: KazooClient, path: str) -> tuple[bytes, ZnodeStat] | None:
+    try:
+        return zk.get(path)
+    except NoNodeError:
+        return None
+
+
 def controller_of(zk: KazooClient) -> int:
-    got = zk.exists(zn.CONTROLLER) and zk.get(zn.CONTROLLER)
+    """The controller's id; -1 while there is none (``/controller`` goes with its session)."""
+    got = get(zk, zn.CONTROLLER)
     return zn.decode_controller(got[0]) if got else -1
 
 
@@ -92,7 +91,7 @@ def wait_states(cluster: BrokerCluster, topic: str, partitions: int,
         def check() -> dict[int, zn.PartitionState] | None:
             sts = states(zk, topic, partitions)
             return sts if all(st is not None and ok(st) for st in sts.values()) else None  # type: ignore[return-value]
-        return wait_for(check, timeout, what, 0.2)  # type: ignore[return-value]
+        return wait_for(check, timeout, what)  # type: ignore[return-value]
 
 
 def wait_full_isr(cluster: BrokerCluster, topic: str, partitions: int, replicas: int = 3,
@@ -498,9 +497,9 @@ def test_two_brokers_killed_under_acks_all_load_lose_nothing_acknowledged(cluste
     # leader may be ahead of only one of them: wait a moment for it to be ahead of both
     followers = lambda: [segment_bytes(cluster, b, topic, 0) for b in (second, survivor)]  # noqa: E731
     with contextlib.suppress(AssertionError):
-        wait_for(lambda: segment_bytes(cluster, first, topic, 0) > max(followers()), 1, "", 0.02)
+        wait_for(lambda: segment_bytes(cluster, first, topic, 0) > max(followers()), 1)
     wait_for(lambda: segment_bytes(cluster, first, topic, 0) > min(followers()), 3,
-             f"broker {first} to hold records a follower does not have", 0.02)
+             f"broker {first} to hold records a follower does not have")
     cluster.kill(first)
     for b in (second, survivor):
         cluster.resume(b)
@@ -699,7 +698,7 @@ def test_zookeeper_down_for_30_seconds_under_load(cluster_factory, relayed_zooke
     assert read_at(cluster.bootstrap, "all", {p: o for p, (o, _) in during.items()}) == \
         {p: v for p, (_, v) in during.items()}
     assert time.monotonic() - down_at < 30, "the checks during the outage took longer than the outage"
-    wait_for(lambda: time.monotonic() - down_at >= 30, 31, "30 s of outage", 0.5)
+    wait_for(lambda: time.monotonic() - down_at >= 30, 31, "30 s of outage")
     assert all_acks.count > n_all and one_acks.count > n_one, "produce stopped while ZooKeeper was down"
 
     if outage == "killed":
