@@ -18,7 +18,7 @@ would lay it out.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -64,21 +64,25 @@ def _replica_index(first_index: int, shift: int, j: int, n: int) -> int:
     return (first_index + 1 + (shift + j) % (n - 1)) % n
 
 
-def _rack_unaware(broker_ids: Sequence[int], partitions: int, rf: int, fixed_start_index: int,
-                  start_partition_id: int, rng: random.Random) -> dict[int, list[int]]:
-    n = len(broker_ids)
+def _round_robin(n: int, partitions: int, fixed_start_index: int, start_partition_id: int,
+                 rng: random.Random) -> Iterator[tuple[int, int, int]]:
+    """Kafka's walk over ``n`` brokers: (partition, index of its first replica, shift of the
+    others), the shift growing by one each time the first replicas have gone round once."""
     start = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
     shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
-    out: dict[int, list[int]] = {}
     partition = max(0, start_partition_id)
     for _ in range(partitions):
         if partition > 0 and partition % n == 0:
             shift += 1
-        first = (partition + start) % n
-        out[partition] = [broker_ids[first]] + [broker_ids[_replica_index(first, shift, j, n)]
-                                                for j in range(rf - 1)]
+        yield partition, (partition + start) % n, shift
         partition += 1
-    return out
+
+
+def _rack_unaware(broker_ids: Sequence[int], partitions: int, rf: int, fixed_start_index: int,
+                  start_partition_id: int, rng: random.Random) -> dict[int, list[int]]:
+    n = len(broker_ids)
+    return {partition: [broker_ids[first]] + [broker_ids[_replica_index(first, shift, j, n)] for j in range(rf - 1)]
+            for partition, first, shift in _round_robin(n, partitions, fixed_start_index, start_partition_id, rng)}
 
 
 def rack_alternated_brokers(racks: Mapping[int, str]) -> list[int]:
@@ -101,14 +105,8 @@ def _rack_aware(racks: Mapping[int, str], partitions: int, rf: int, fixed_start_
     arranged = rack_alternated_brokers(racks)
     n = len(arranged)
     n_racks = len(set(racks.values()))
-    start = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
-    shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
     out: dict[int, list[int]] = {}
-    partition = max(0, start_partition_id)
-    for _ in range(partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + start) % n
+    for partition, first, shift in _round_robin(n, partitions, fixed_start_index, start_partition_id, rng):
         leader = arranged[first]
         replicas = [leader]
         racks_used = {racks[leader]}
@@ -128,7 +126,6 @@ def _rack_aware(racks: Mapping[int, str], partitions: int, rf: int, fixed_start_
                     brokers_used.add(broker)
                     break
         out[partition] = replicas
-        partition += 1
     return out
 
 
