@@ -5,7 +5,9 @@ the broker's dispatcher and handler (apis/controlled_shutdown.py) in front of a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import types
+from collections.abc import AsyncIterator
 from typing import Any
 
 from gregor.cluster.controller.shutdown_client import request_controlled_shutdown
@@ -50,49 +52,47 @@ class ControllerEndpoint:
             await self.server.wait_closed()
 
 
+@contextlib.asynccontextmanager
+async def served_controller(connect: str) -> AsyncIterator[tuple[Cluster, Any, ControllerEndpoint]]:
+    """A cluster whose controller (broker 9) answers on a real endpoint, and brokers 1 and 2:
+    (cluster, broker 1, the endpoint)."""
+    endpoint = ControllerEndpoint()
+    port = await endpoint.start()
+    try:
+        async with Cluster(connect, FAST) as c:
+            ctl = await c.add(9, port=port)
+            endpoint.controller = ctl.controller
+            await c.active()
+            b1 = await c.add(1, controller=False)
+            await c.add(2, controller=False)
+            yield c, b1, endpoint
+    finally:
+        await endpoint.stop()
+
+
 def test_leadership_moves_before_the_broker_stops(connect):
     async def scenario() -> None:
-        endpoint = ControllerEndpoint()
-        port = await endpoint.start()
-        try:
-            async with Cluster(connect, FAST) as c:
-                ctl = await c.add(9, port=port)
-                endpoint.controller = ctl.controller
-                await c.active()
-                b1 = await c.add(1, controller=False)
-                await c.add(2, controller=False)
-                await c.create_topic("t", {0: [1, 2], 1: [2, 1]})
-                await c.wait_state("t", 0, leader=1, isr=[1, 2])
-                await c.wait_state("t", 1, leader=2, isr=[2, 1])
-                assert await request_controlled_shutdown(b1.zk, 1, b1.epoch, b1.config)
-                s0, s1 = await c.state("t", 0), await c.state("t", 1)
-                assert (s0.leader, s0.isr, s1.leader, s1.isr) == (2, [2], 2, [2])
-                assert endpoint.requests == 1
-        finally:
-            await endpoint.stop()
+        async with served_controller(connect) as (c, b1, endpoint):
+            await c.create_topic("t", {0: [1, 2], 1: [2, 1]})
+            await c.wait_state("t", 0, leader=1, isr=[1, 2])
+            await c.wait_state("t", 1, leader=2, isr=[2, 1])
+            assert await request_controlled_shutdown(b1.zk, 1, b1.epoch, b1.config)
+            s0, s1 = await c.state("t", 0), await c.state("t", 1)
+            assert (s0.leader, s0.isr, s1.leader, s1.isr) == (2, [2], 2, [2])
+            assert endpoint.requests == 1
     run(scenario())
 
 
 def test_partitions_that_cannot_move_are_retried_then_given_up(connect):
     async def scenario() -> None:
-        endpoint = ControllerEndpoint()
-        port = await endpoint.start()
-        try:
-            async with Cluster(connect, FAST) as c:
-                ctl = await c.add(9, port=port)
-                endpoint.controller = ctl.controller
-                await c.active()
-                b1 = await c.add(1, controller=False)
-                await c.add(2, controller=False)
-                await c.create_topic("t", {0: [1, 2]})
-                s = await c.wait_state("t", 0, leader=1, isr=[1, 2])
-                # its leader dropped 2 from the ISR: nobody else may lead
-                await c.admin.set(znodes.state_path("t", 0), s.with_isr([1]).encode(), s.zk_version)
-                assert not await request_controlled_shutdown(b1.zk, 1, b1.epoch, b1.config)
-                assert endpoint.requests == 3  # controlled.shutdown.max.retries attempts
-                assert (await c.state("t", 0)).leader == 1
-        finally:
-            await endpoint.stop()
+        async with served_controller(connect) as (c, b1, endpoint):
+            await c.create_topic("t", {0: [1, 2]})
+            s = await c.wait_state("t", 0, leader=1, isr=[1, 2])
+            # its leader dropped 2 from the ISR: nobody else may lead
+            await c.admin.set(znodes.state_path("t", 0), s.with_isr([1]).encode(), s.zk_version)
+            assert not await request_controlled_shutdown(b1.zk, 1, b1.epoch, b1.config)
+            assert endpoint.requests == 3  # controlled.shutdown.max.retries attempts
+            assert (await c.state("t", 0)).leader == 1
     run(scenario())
 
 
