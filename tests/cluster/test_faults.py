@@ -250,6 +250,23 @@ def last_acked(prod: ContinuousProducer, partitions: Iterable[int] | None = None
             for p in (range(prod.partitions) if partitions is None else partitions)}
 
 
+def restart_and_check(cluster: BrokerCluster, prod: ContinuousProducer, topic: str, parts: int, brokers: list[int],
+                      isr_timeout: float = 90) -> None:
+    """Restart the killed ``brokers``; once every ISR is full and the producer got 300 more
+    acknowledgements: nothing failed, every acknowledged record is read exactly once, and the
+    replicas are byte-identical."""
+    for b in brokers:
+        cluster.restart(b, timeout=60)
+    wait_full_isr(cluster, topic, parts, timeout=isr_timeout)
+    prod.wait_acked(300, 90, "acknowledgements after both brokers returned")
+    prod.stop()
+    assert not prod.failed and not prod.fatal, (prod.failed[:5], prod.fatal)
+    counts = check_read_exactly_once(cluster.bootstrap, prod)
+    assert sum(counts.values()) == prod.count
+    wait_full_isr(cluster, topic, parts)
+    check_replicas_identical(cluster, topic, parts, counts)
+
+
 def check_read_exactly_once(bootstrap: str, prod: ContinuousProducer) -> dict[int, int]:
     """Every acknowledged record is read once, at its acknowledged offset, in the order produced,
     with no gap in the offsets; returns the number of records of each partition."""
@@ -519,16 +536,7 @@ def test_two_brokers_killed_under_acks_all_load_lose_nothing_acknowledged(cluste
     wait_for(lambda: metadata_agrees(own, topic, alone), 10, f"broker {survivor} to know it is alone in the ISRs")
     expect_not_enough_replicas(own, topic, led[0])
 
-    cluster.restart(first, timeout=60)
-    cluster.restart(second, timeout=60)
-    wait_full_isr(cluster, topic, parts)
-    prod.wait_acked(300, 90, "acknowledgements after both brokers returned")
-    prod.stop()
-    assert not prod.failed and not prod.fatal, (prod.failed[:5], prod.fatal)
-    counts = check_read_exactly_once(cluster.bootstrap, prod)
-    assert sum(counts.values()) == prod.count
-    wait_full_isr(cluster, topic, parts)
-    check_replicas_identical(cluster, topic, parts, counts)
+    restart_and_check(cluster, prod, topic, parts, [first, second])
 
 
 @pytest.mark.parametrize("kill_when", ["topic written", "initialising"])
@@ -643,16 +651,7 @@ def test_controller_killed_during_a_leader_election(cluster_factory, when):
         assert st.leader_epoch > before[p].leader_epoch, f"partition {p}: {before[p]} -> {st}"
     prod.wait_acked(300, 60, "acknowledgements with two brokers down")
 
-    cluster.restart(victim, timeout=60)
-    cluster.restart(controller, timeout=60)
-    wait_full_isr(cluster, topic, parts, timeout=120)
-    prod.wait_acked(300, 90, "acknowledgements after both brokers returned")
-    prod.stop()
-    assert not prod.failed and not prod.fatal, (prod.failed[:5], prod.fatal)
-    counts = check_read_exactly_once(cluster.bootstrap, prod)
-    assert sum(counts.values()) == prod.count
-    wait_full_isr(cluster, topic, parts)
-    check_replicas_identical(cluster, topic, parts, counts)
+    restart_and_check(cluster, prod, topic, parts, [victim, controller], isr_timeout=120)
 
 
 @pytest.mark.parametrize("outage", ["killed", "cut off"])
