@@ -410,6 +410,21 @@ def metadata_agrees(bootstrap: str, topic: str, expected: dict[int, zn.Partition
                for p, st in expected.items())
 
 
+def wait_metadata_agrees(cluster: BrokerCluster, bootstrap: str, topic: str, partitions: int,
+                         ok: Callable[[zn.PartitionState], bool], timeout: float, what: str
+                         ) -> dict[int, zn.PartitionState]:
+    """Until every partition's state satisfies ``ok`` and ``bootstrap``'s Metadata agrees with it,
+    the states read again each time (a controller may still be moving a partition through an
+    intermediate state, which a snapshot would keep); the states."""
+    with cluster.zk_client() as zk:
+        def check() -> dict[int, zn.PartitionState] | None:
+            sts = states(zk, topic, partitions)
+            if not all(st is not None and ok(st) for st in sts.values()):
+                return None
+            return sts if metadata_agrees(bootstrap, topic, sts) else None  # type: ignore[arg-type]
+        return wait_for(check, timeout, what)  # type: ignore[no-any-return]
+
+
 # -- ZooKeeper out of reach --------------------------------------------------------------------------
 class ZkRelay:
     """A TCP relay in front of a ZooKeeper server (for the brokers' and the test's clients):
@@ -532,15 +547,10 @@ def test_two_brokers_killed_under_acks_all_load_lose_nothing_acknowledged(cluste
 
     wait_states(cluster, topic, parts, alone_ok, 20, f"broker {survivor} alone in the ISRs")
     own = cluster.broker(survivor).bootstrap
-    # the states read again with each Metadata: a new controller may pass a partition through
-    # "offline" on its way to the survivor (Kafka's OfflineReplica, then the election)
-    with cluster.zk_client() as zk:
-        def known() -> dict[int, zn.PartitionState] | None:
-            sts = states(zk, topic, parts)
-            if not all(st is not None and alone_ok(st) for st in sts.values()):
-                return None
-            return sts if metadata_agrees(own, topic, sts) else None  # type: ignore[arg-type]
-        alone: dict[int, zn.PartitionState] = wait_for(known, 10, f"broker {survivor} to know it is alone in the ISRs")
+    # a new controller may pass a partition through "offline" on its way to the survivor
+    # (Kafka's OfflineReplica, then the election)
+    alone = wait_metadata_agrees(cluster, own, topic, parts, alone_ok, 10,
+                                 f"broker {survivor} to know it is alone in the ISRs")
     led = [p for p, st in alone.items() if st.leader == survivor]
     assert led, alone
     expect_not_enough_replicas(own, topic, led[0])
@@ -580,19 +590,21 @@ def test_controller_killed_while_a_new_topic_is_created(cluster_factory, kill_wh
         assert controller_epoch(zk) > epoch
 
     live = set(survivors)
-    after = wait_states(cluster, topic, parts, lambda st: st.leader in live and set(st.isr) <= live
-                        and st.leader in st.isr, 20,
-                        f"every partition led by a live broker with live ISRs ({initialised} of {parts} "
-                        "had a state when the controller died)")
+    wait_states(cluster, topic, parts, lambda st: st.leader in live and set(st.isr) <= live
+                and st.leader in st.isr, 20,
+                f"every partition led by a live broker with live ISRs ({initialised} of {parts} "
+                "had a state when the controller died)")
     bootstrap = ",".join(cluster.broker(b).bootstrap for b in survivors)
-    wait_for(lambda: metadata_agrees(bootstrap, topic, after), 30, "Metadata to agree with ZooKeeper")
+    wait_metadata_agrees(cluster, bootstrap, topic, parts, lambda st: st.leader in live and set(st.isr) <= live
+                         and st.leader in st.isr, 30, "Metadata to agree with ZooKeeper")
     offsets = produce_one_each(bootstrap, topic, parts, b"while one broker is down")
     assert read_at(bootstrap, topic, offsets) == {p: b"while one broker is down" for p in range(parts)}
 
     cluster.restart(controller, timeout=60)
     full = wait_full_isr(cluster, topic, parts)
     assert all(controller in st.isr for st in full.values())
-    wait_for(lambda: metadata_agrees(cluster.bootstrap, topic, full), 30, "Metadata to agree with ZooKeeper")
+    wait_metadata_agrees(cluster, cluster.bootstrap, topic, parts, lambda st: st.leader >= 0 and len(st.isr) == 3,
+                         30, "Metadata to agree with ZooKeeper")
     offsets = produce_one_each(cluster.bootstrap, topic, parts, b"all back")
     assert read_at(cluster.bootstrap, topic, offsets) == {p: b"all back" for p in range(parts)}
 
@@ -653,7 +665,8 @@ def test_controller_killed_during_a_leader_election(cluster_factory, when):
                         f"of the ISRs (the dying controller wrote {sum(s != before[p] for p, s in at_kill.items())} "
                         f"of {parts} states)")
     bootstrap = ",".join(cluster.broker(b).bootstrap for b in survivors)
-    wait_for(lambda: metadata_agrees(bootstrap, topic, after), 30, "Metadata to agree with ZooKeeper")
+    wait_metadata_agrees(cluster, bootstrap, topic, parts, lambda st: st.leader in live and set(st.isr) <= live
+                         and st.leader in st.isr, 30, "Metadata to agree with ZooKeeper")
     assert any(st.controller_epoch == epoch + 1 for st in after.values()), "the new controller wrote nothing"
     for p, st in after.items():
         assert st.leader in before[p].isr, f"partition {p}: leader {st.leader} was not in the ISR {before[p].isr}"
