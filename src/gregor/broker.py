@@ -78,7 +78,7 @@ class Broker:
 
             self.producer_ids = ZkProducerIdManager(self.zk, self.node_id)
         self.dynamic_configs = DynamicConfigs(config, self.node_id, self.logs, registry)
-        self.groups = GroupCoordinatorService(config, registry, self.logs, self.topics.create_topic)
+        self.groups = GroupCoordinatorService(config, registry, self.logs, self.topics.create_topic, self.cluster)
         self.topics.on_deleted.append(self.groups.on_topic_deleted)
         if self.replicas is not None:
             self.groups.attach_replication(self.replicas.append_internal)

@@ -51,6 +51,13 @@ def _choice(*options: str) -> Callable[[str], str]:
     return parse
 
 
+def _commit_acks(v: str) -> int:
+    n = int(v)
+    if n not in (-1, 1):
+        raise ValueError("must be -1 (every ISR replica) or 1 (the leader)")
+    return n
+
+
 # replica.selector.class values (KIP-392), by Kafka's class names; cluster/replica_selector.py
 LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -209,6 +216,11 @@ KEYS: dict[str, Key] = {
         Key("offsets.load.buffer.size", _int_range(1, INT_MAX), 5242880,
             "accepted for compatibility; loading has no fixed buffer", applies=False),
         Key("offset.metadata.max.bytes", _POS_INT, 4096, "largest commit metadata string"),
+        Key("offsets.commit.required.acks", _commit_acks, -1,
+            "-1: a coordinator write is answered once every ISR replica of its __consumer_offsets partition "
+            "has it; 1: once the leader has it (in a cluster; a single node has one replica)"),
+        Key("offsets.commit.timeout.ms", _int_range(1, INT_MAX), 5000,
+            "a commit not replicated within this is answered COORDINATOR_NOT_AVAILABLE (the client retries)"),
         Key("group.initial.rebalance.delay.ms", _POS_INT, 3000, "delay of the first rebalance of a group"),
         Key("group.min.session.timeout.ms", _POS_INT, 6000, "smallest session timeout"),
         Key("group.max.session.timeout.ms", _POS_INT, 1800000, "largest session timeout"),
@@ -274,7 +286,7 @@ _IGNORED_PREFIXES = (
     "queued.max.requests", "background.threads", "compression.type", "group.coordinator.",
     "group.consumer.", "share.", "sasl.", "ssl.", "security.", "authorizer.", "metric.reporters",
     "confluent.", "log.message.format.version", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
-    "log.cleaner.io.", "transactional.id.", "num.partitions.", "offsets.commit.", "offsets.topic.compression",
+    "log.cleaner.io.", "transactional.id.", "num.partitions.", "offsets.topic.compression",
 )
 
 

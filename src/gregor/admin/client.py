@@ -63,17 +63,53 @@ class Connection:
 
 
 class AdminClient:
+    """``bootstrap``: host:port[,host:port...]; requests without a node go to the first of them
+    that answers (a cluster can be asked through any live broker)."""
+
     def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "gregor-cli") -> None:
         self.timeout = timeout
         self.client_id = client_id
         self._conns: dict[tuple[str, int], Connection] = {}
-        host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise AdminError(f"--bootstrap-server {bootstrap!r}: expected host:port")
-        self.bootstrap = (host, int(port))
+        self.bootstraps: list[tuple[str, int]] = []
+        for entry in bootstrap.split(","):
+            host, _, port = entry.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise AdminError(f"--bootstrap-server {bootstrap!r}: expected host:port[,host:port...]")
+            self.bootstraps.append((host, int(port)))
+        self.bootstrap = self.bootstraps[0]
 
     def conn(self, node: Node | None = None) -> Connection:
-        key = (node.host, node.port) if node else self.bootstrap
+        if node is not None:
+            return self._connect((node.host, node.port))
+        failures = []
+        for key in [self.bootstrap] + [b for b in self.bootstraps if b != self.bootstrap]:
+            try:
+                c = self._connect(key)
+            except AdminError as e:
+                failures.append(str(e))
+                continue
+            self.bootstrap = key
+            return c
+        raise AdminError("; ".join(failures))
+
+    def bootstrap_call(self, api_key: int, body: dict[str, Any]) -> Any:
+        """A request any broker can answer: to the current bootstrap broker, or, if it fails, to
+        the next one that answers."""
+        failures = []
+        for _ in range(len(self.bootstraps)):
+            key = self.bootstrap
+            try:
+                return self.conn().call(api_key, body)
+            except AdminError as e:
+                failures.append(str(e))
+                dead = self._conns.pop(key, None)
+                if dead is not None:
+                    dead.close()
+                i = self.bootstraps.index(key) if key in self.bootstraps else -1
+                self.bootstrap = self.bootstraps[(i + 1) % len(self.bootstraps)]
+        raise AdminError("; ".join(dict.fromkeys(failures)))
+
+    def _connect(self, key: tuple[str, int]) -> Connection:
         c = self._conns.get(key)
         if c is None:
             c = self._conns[key] = Connection(key[0], key[1], self.timeout, self.client_id)
@@ -88,19 +124,22 @@ class AdminClient:
     def metadata(self, topics: list[str] | None = None) -> Any:
         body: dict[str, Any] = {"topics": None if topics is None else [{"name": t} for t in topics],
                                 "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
-        return self.conn().call(ApiKey.METADATA, body)
+        return self.bootstrap_call(ApiKey.METADATA, body)
 
     def nodes(self) -> dict[int, Node]:
         return {b.node_id: Node(b.node_id, b.host, b.port) for b in self.metadata([]).brokers}
 
     def find_coordinator(self, group: str) -> tuple[Node | None, ErrorCode, str | None]:
-        r = self.conn().call(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
+        """(coordinator, error, message): the message says why there is none, or (Gregor) how far
+        the coordinator's load of the group's partition has got."""
+        r = self.bootstrap_call(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
         if hasattr(r, "coordinators"):
             r = r.coordinators[0]
         code = ErrorCode(r.error_code)
+        message = getattr(r, "error_message", None)
         if code:
-            return None, code, r.error_message
-        return Node(r.node_id, r.host, r.port), code, None
+            return None, code, message
+        return Node(r.node_id, r.host, r.port), code, message
 
     def coordinator_conn(self, group: str) -> Connection:
         node, code, message = self.find_coordinator(group)

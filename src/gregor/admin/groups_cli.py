@@ -235,28 +235,28 @@ def delete_offsets(admin: AdminClient, args: argparse.Namespace) -> int:
 
 
 def coordinator(admin: AdminClient, args: argparse.Namespace) -> int:
-    """The diagnosis that takes teams hours: hash, partition, its leader, and whether the
-    coordinator serves the group now."""
+    """The diagnosis that takes teams hours: hash, partition, its leader, replicas and ISR with
+    which brokers are alive, whether the coordinator has loaded the group (or how far its load has
+    got), and in plain words why the group is or is not served. Exit 0 only when it is served."""
     h = java_string_hashcode(args.group)
     md = admin.metadata([OFFSETS_TOPIC])
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in md.brokers}
     topic = next((t for t in md.topics if t.name == OFFSETS_TOPIC and not t.error_code), None)
     info: dict[str, Any] = {"group": args.group, "java_hashcode": h, "abs_hashcode": kafka_abs(h),
                             "offsets_topic_partitions": None, "partition": None, "partition_leader": None}
-    leaderless = False
     if topic is not None and topic.partitions:
         n = len(topic.partitions)
         partition = kafka_abs(h) % n
-        leader = next(p.leader_id for p in topic.partitions if p.partition_index == partition)
-        leaderless = leader < 0 or leader not in brokers
-        info.update(offsets_topic_partitions=n, partition=partition, partition_leader=leader,
-                    partition_leader_address=brokers.get(leader))
+        p = next(p for p in topic.partitions if p.partition_index == partition)
+        info.update(offsets_topic_partitions=n, partition=partition, partition_leader=p.leader_id,
+                    partition_leader_address=brokers.get(p.leader_id),
+                    replicas=_with_liveness(p.replica_nodes, brokers),
+                    isr=_with_liveness(p.isr_nodes, brokers), live_brokers=sorted(brokers))
     node, code, message = admin.find_coordinator(args.group)
     info["coordinator"] = node.node_id if node else None
-    if leaderless:
-        info.update(status="unavailable", reason=f"{OFFSETS_TOPIC}-{info['partition']} has no live leader")
-    elif code:
-        info.update(status="unavailable", reason=f"{code.name.upper()}: {message or ''}".strip(": "))
+    name = f"{OFFSETS_TOPIC}-{info['partition']}"
+    if code:
+        info.update(status="unavailable", reason=f"{code.name.upper()}: {message}" if message else code.name.upper())
     else:
         assert node is not None
         try:
@@ -269,16 +269,25 @@ def coordinator(admin: AdminClient, args: argparse.Namespace) -> int:
         if r is None:
             pass
         elif gcode == ErrorCode.coordinator_load_in_progress:
-            info.update(status="loading", reason=f"{OFFSETS_TOPIC}-{info['partition']} is being loaded")
+            info.update(status="loading", reason=message or f"{name} is being loaded by broker {node.node_id}")
         elif gcode:
-            info.update(status="unavailable", reason=gcode.name.upper())
+            info.update(status="unavailable", reason=f"{gcode.name.upper()} from broker {node.node_id}"
+                        + (" (it was just elected or deposed: ask again)" if gcode == ErrorCode.not_coordinator
+                           else ""))
         else:
-            info.update(status="loaded", group_state=r.groups[0].group_state)
+            state = r.groups[0].group_state
+            info.update(status="loaded", group_state=state,
+                        reason=f"served by broker {node.node_id}, the leader of {name}; the group is {state}")
         if topic is None:
             info["note"] = f"this cluster does not show {OFFSETS_TOPIC} in its metadata"
     if args.json:
         emit(args, info, [])
     else:
         for k, v in info.items():
-            print(f"{k:26s} {'-' if v is None else v}")
+            shown = ", ".join(map(str, v)) if isinstance(v, list) else v
+            print(f"{k:26s} {'-' if v is None else shown}")
     return 0 if info["status"] in ("loaded", "coordinator found") else 1
+
+
+def _with_liveness(ids: list[int], live: dict[int, str]) -> list[str]:
+    return [f"{b} (alive)" if b in live else f"{b} (offline)" for b in ids]

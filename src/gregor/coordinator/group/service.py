@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gregor.cluster.metadata import ClusterMetadata
 from gregor.coordinator.group.api import (
     CommitRequest,
     CommitResult,
@@ -42,6 +43,13 @@ from gregor.coordinator.group.api import (
     TopicPartition,
 )
 from gregor.coordinator.group.context import GroupConfig
+from gregor.coordinator.group.locator import (
+    CoordinatorLocation,
+    ReasonLog,
+    leaderless_reason,
+    load_progress_note,
+    offsets_topic_short_of_brokers,
+)
 from gregor.coordinator.group.model import GroupState
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
@@ -83,8 +91,10 @@ class GroupCoordinatorService:
     the way the admin API creates topics."""
 
     def __init__(self, config: Any, topics: TopicRegistry, logs: LogManager,
-                 create_topic: Callable[..., Any]) -> None:
+                 create_topic: Callable[..., Any], cluster: ClusterMetadata | None = None) -> None:
         self.broker_config = config
+        self.cluster = cluster if cluster is not None else ClusterMetadata(config["node.id"])
+        self.reasons = ReasonLog(log)
         self.topics = topics
         self.logs = logs
         self.create_topic = create_topic
@@ -149,7 +159,10 @@ class GroupCoordinatorService:
         assert plog is not None
         notify = self.logs.notifier.notify
         append_internal = self._append_internal
+        # offsets.commit.required.acks=1: a write is answered once the leader has it
+        leader_only = append_internal is not None and self.broker_config["offsets.commit.required.acks"] == 1
         runtime = ShardRuntime(partition, plog, self._make_shard, RECORD_SERDE,
+                               committed_offset=(lambda: plog.log_end_offset) if leader_only else None,
                                codec=self.broker_config["offsets.topic.compression.codec"],
                                on_append=lambda: notify((OFFSETS_TOPIC, partition)),
                                label="offsets and group metadata",
@@ -203,20 +216,79 @@ class GroupCoordinatorService:
         return _cached_partition_for(group_id, self.num_partitions)
 
     def _runtime_for(self, group_id: str) -> ShardRuntime[GroupCoordinatorShard]:
-        runtime = self.runtimes.get(self.partition_for(group_id))
+        partition = self.partition_for(group_id)
+        runtime = self.runtimes.get(partition)
         if runtime is None:
-            raise KafkaError(ErrorCode.not_coordinator, f"group {group_id!r} is not coordinated here")
+            raise self._unavailable(partition, KafkaError(ErrorCode.not_coordinator, self._not_here(partition)))
         return runtime
 
-    async def _write(self, group_id: str, op: Callable[[GroupCoordinatorShard], CoordinatorResult[Any]]) -> Any:
-        """Run a write operation on the group's shard and wait for its answer."""
-        response = self._runtime_for(group_id).execute(op)
-        if isinstance(response, Deferred):
+    def _not_here(self, partition: int) -> str:
+        name = f"{OFFSETS_TOPIC}-{partition}"
+        if not self.cluster.clustered:
+            return f"{name} is not loaded here"
+        leader = self.cluster.partition(OFFSETS_TOPIC, partition).leader
+        if leader == self.cluster.node_id:
+            return f"{name} is led here and its shard is about to be loaded"
+        if leader < 0:
+            return f"{name} has no leader now (FindCoordinator says why)"
+        return f"{name} is led by broker {leader}, not by broker {self.cluster.node_id}: ask FindCoordinator again"
+
+    def _unavailable(self, partition: int, error: KafkaError) -> KafkaError:
+        """Log, once per situation, why a request for ``partition`` was refused."""
+        self.reasons.note(("refused", partition, error.code),
+                          f"group requests for {OFFSETS_TOPIC}-{partition} answered "
+                          f"{error.code.name.upper()}: {error.message}", logging.INFO)
+        return error
+
+    def _writable(self, partition: int) -> None:
+        """offsets.commit.required.acks=-1 (Kafka's acks=all for the coordinator's writes): refuse a
+        write before it runs when the partition's ISR is smaller than min.insync.replicas, as Kafka
+        does (NOT_ENOUGH_REPLICAS, which the group APIs answer as COORDINATOR_NOT_AVAILABLE)."""
+        if not self.cluster.clustered or self.broker_config["offsets.commit.required.acks"] != -1:
+            return
+        topic = self.topics.get(OFFSETS_TOPIC)
+        need = int((topic.configs.get("min.insync.replicas") if topic is not None else None)
+                   or self.broker_config["min.insync.replicas"])
+        isr = self.cluster.partition(OFFSETS_TOPIC, partition).isr
+        if len(isr) < need:
+            raise self._unavailable(partition, KafkaError(
+                ErrorCode.coordinator_not_available,
+                f"{OFFSETS_TOPIC}-{partition}: ISR [{', '.join(map(str, isr))}] is smaller than "
+                f"min.insync.replicas={need}; writes wait for a replica to catch up"))
+
+    async def _write(self, group_id: str, op: Callable[[GroupCoordinatorShard], CoordinatorResult[Any]],
+                     timeout: bool = False) -> Any:
+        """Run a write operation on the group's shard and wait for its answer; with ``timeout``
+        (commits, heartbeats, leaves: nothing else holds them) at most offsets.commit.timeout.ms
+        for the write to be replicated."""
+        runtime = self._runtime_for(group_id)
+        self._writable(runtime.partition)
+        try:
+            response = runtime.execute(op)
+        except KafkaError as e:
+            raise self._unavailable(runtime.partition, e) from None
+        if not isinstance(response, Deferred):
+            return response
+        if not timeout:
             return await resolve(response)
-        return response
+        limit_ms = self.broker_config["offsets.commit.timeout.ms"]
+        try:
+            return await asyncio.wait_for(resolve(response), limit_ms / 1000)
+        except TimeoutError:
+            raise self._unavailable(runtime.partition, KafkaError(
+                ErrorCode.coordinator_not_available,
+                f"{runtime.name}: the write was not replicated to the ISR within offsets.commit.timeout.ms="
+                f"{limit_ms}")) from None
 
     def _read(self, group_id: str, fn: Callable[[GroupCoordinatorShard], Any]) -> Any:
-        return self._runtime_for(group_id).read(fn)
+        runtime = self._runtime_for(group_id)
+        try:
+            return runtime.read(fn)
+        except KafkaError as e:
+            if e.code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                          ErrorCode.coordinator_load_in_progress):
+                raise self._unavailable(runtime.partition, e) from None
+            raise
 
     def _active_shards(self) -> list[GroupCoordinatorShard]:
         return [rt.shard for rt in self.runtimes.values() if rt.state is ShardState.ACTIVE and rt.shard]
@@ -236,6 +308,59 @@ class GroupCoordinatorService:
             return e.code, e.message
         return ErrorCode.none, None
 
+    def locate(self, group_id: str) -> CoordinatorLocation:
+        """FindCoordinator's answer for a group: the broker that coordinates it, or why none does
+        (coordinator/group/locator.py); the reasons go to the log once per situation."""
+        if not self.cluster.clustered:
+            code, message = self.coordinator_status(group_id)
+            return CoordinatorLocation(self.partition_for(group_id), -1 if code else self.cluster.node_id,
+                                       code, message)
+        topic = self.topics.get(OFFSETS_TOPIC)
+        if topic is None:
+            return self._offsets_topic_missing()
+        self.reasons.clear("offsets-topic", f"{OFFSETS_TOPIC} exists; groups can be coordinated")
+        self.num_partitions = topic.partitions
+        partition = self.partition_for(group_id)
+        lp = self.cluster.partition(OFFSETS_TOPIC, partition)
+        if lp.leader < 0:
+            live = [b.node_id for b in self.cluster.brokers()]
+            unclean = topic.configs.get("unclean.leader.election.enable")
+            if unclean is None:
+                unclean = self.broker_config["unclean.leader.election.enable"]
+            reason = leaderless_reason(partition, lp.replicas, lp.isr, live, unclean in (True, "true"))
+            self.reasons.note(("leaderless", partition), reason)
+            return CoordinatorLocation(partition, -1, ErrorCode.coordinator_not_available, reason)
+        self.reasons.clear(("leaderless", partition), f"{OFFSETS_TOPIC}-{partition} is led by broker {lp.leader} "
+                           "again; its groups can be coordinated")
+        if lp.leader != self.cluster.node_id:
+            return CoordinatorLocation(partition, lp.leader, ErrorCode.none)
+        runtime = self.runtimes.get(partition)
+        if runtime is None:  # elected here a moment ago: the shard starts loading at once
+            return CoordinatorLocation(partition, lp.leader, ErrorCode.none)
+        if runtime.state is ShardState.FAILED:
+            reason = (f"{runtime.name} failed to load here (retried every {RELOAD_BACKOFF_S:.0f} s): "
+                      f"{runtime.load_error}")
+            self.reasons.note(("failed", partition), reason)
+            return CoordinatorLocation(partition, -1, ErrorCode.coordinator_not_available, reason)
+        note = (load_progress_note(runtime.name, *runtime.load_progress)
+                if runtime.state is ShardState.LOADING else None)
+        return CoordinatorLocation(partition, lp.leader, ErrorCode.none, note)
+
+    def _offsets_topic_missing(self) -> CoordinatorLocation:
+        rf = self.broker_config["offsets.topic.replication.factor"]
+        live = [b.node_id for b in self.cluster.brokers()]
+        reason = offsets_topic_short_of_brokers(rf, live)
+        if reason is not None:
+            self.reasons.note("offsets-topic", reason)
+            return CoordinatorLocation(-1, -1, ErrorCode.coordinator_not_available, reason)
+        try:
+            self.ensure_topic()
+            reason = f"{OFFSETS_TOPIC} is being created"
+        except KafkaError as e:
+            reason = f"{OFFSETS_TOPIC} is being created: {e.message}"
+        self.reasons.note("offsets-topic", reason, logging.INFO)
+        return CoordinatorLocation(-1, -1, ErrorCode.coordinator_not_available, reason)
+
     async def join_group(self, req: JoinRequest) -> JoinResult:
         """JoinGroup: answered when the rebalance completes (or at once with an error)."""
         result: JoinResult = await self._write(req.group_id, lambda shard: shard.join_group(req))
@@ -247,16 +372,16 @@ class GroupCoordinatorService:
         return result
 
     async def heartbeat(self, req: HeartbeatRequest) -> ErrorCode:
-        code: ErrorCode = await self._write(req.group_id, lambda shard: shard.heartbeat(req))
+        code: ErrorCode = await self._write(req.group_id, lambda shard: shard.heartbeat(req), timeout=True)
         return code
 
     async def leave_group(self, req: LeaveRequest) -> LeaveResult:
-        result: LeaveResult = await self._write(req.group_id, lambda shard: shard.leave_group(req))
+        result: LeaveResult = await self._write(req.group_id, lambda shard: shard.leave_group(req), timeout=True)
         return result
 
     async def commit_offsets(self, req: CommitRequest) -> CommitResult:
         """OffsetCommit: one error per partition."""
-        errors: CommitResult = await self._write(req.group_id, lambda shard: shard.commit_offsets(req))
+        errors: CommitResult = await self._write(req.group_id, lambda shard: shard.commit_offsets(req), timeout=True)
         return errors
 
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None) -> OffsetFetchResult:

@@ -52,14 +52,17 @@ def replay_newest(shard: CoordinatorShard, serde: RecordSerde, latest: dict[byte
 
 
 async def load(plog: PartitionLog, shard: CoordinatorShard, serde: RecordSerde, name: str,
-               still_loading: Callable[[], bool]) -> int | None:
+               still_loading: Callable[[], bool],
+               progress: Callable[[int, int], None] = lambda done, total: None) -> int | None:
     """Replay ``plog`` into ``shard``; returns the number of records read, or None if
     ``still_loading()`` turned false meanwhile (the shard was unloaded). Yields to the event loop
-    between reads, so the broker keeps serving while a large partition loads."""
+    between reads, so the broker keeps serving while a large partition loads; ``progress(done,
+    total)`` hears how many of the partition's offsets have been read after each read."""
     latest: dict[bytes, bytes | None] = {}
     count = 0
-    offset = plog.log_start_offset
+    start = offset = plog.log_start_offset
     end = plog.log_end_offset
+    progress(0, end - start)
     while offset < end:
         data = plog.read(offset, LOAD_READ_BYTES).records
         if not data:
@@ -70,6 +73,7 @@ async def load(plog: PartitionLog, shard: CoordinatorShard, serde: RecordSerde, 
             if not h.is_control:
                 count += keep_newest(latest, iter_key_values(data, h))
             offset = h.next_offset
+        progress(min(offset, end) - start, end - start)
         await asyncio.sleep(0)  # let the broker serve others between reads
         if not still_loading():
             return None

@@ -91,6 +91,7 @@ class ShardRuntime(Generic[S]):
         self.writes = WriteQueue()
         self.load_error: str | None = None
         self.load_stats: tuple[int, float] = (0, 0.0)  # records read, seconds
+        self.load_progress: tuple[int, int] = (0, 0)  # offsets read of the partition, offsets to read
         self._load_task: asyncio.Task[None] | None = None
 
     # -- loading -----------------------------------------------------------------------------
@@ -105,7 +106,8 @@ class ShardRuntime(Generic[S]):
         started = time.perf_counter()
         try:
             count = await loader.load(self.plog, shard, self.serde, self.name,
-                                      lambda: self.state is ShardState.LOADING and self.shard is shard)
+                                      lambda: self.state is ShardState.LOADING and self.shard is shard,
+                                      self._loaded_so_far)
             if count is None:
                 return  # unloaded meanwhile
             seconds = time.perf_counter() - started
@@ -120,6 +122,9 @@ class ShardRuntime(Generic[S]):
             self.load_error = f"{type(e).__name__}: {e}"
             log.exception("Loading %s failed; its operations answer COORDINATOR_NOT_AVAILABLE until it is "
                           "reloaded", self.name)
+
+    def _loaded_so_far(self, done: int, total: int) -> None:
+        self.load_progress = (done, total)
 
     async def wait_loaded(self) -> None:
         if self._load_task is not None:
