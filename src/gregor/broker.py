@@ -25,7 +25,7 @@ from gregor.log.storage_errors import FD_CACHE
 from gregor.log.topic_registry import TopicRegistry
 from gregor.metrics.http import serve_metrics
 from gregor.metrics.registry import BrokerMetrics
-from gregor.metrics.telemetry import TelemetryWriter
+from gregor.metrics.telemetry import ClusterSink, TelemetryWriter
 from gregor.server.listener import Listener
 
 if TYPE_CHECKING:
@@ -88,10 +88,14 @@ class Broker:
         # metrics off (no endpoint and no telemetry): nothing is counted on the hot paths
         metrics_on = bool(config["metrics.listener"]) or config["telemetry.interval.ms"] > 0
         self.metrics = BrokerMetrics(self.groups, self.logs, self._connection_count) if metrics_on else None
-        self.telemetry = (TelemetryWriter(self.node_id, self.topics, self.logs, self.metrics,
-                                          config["telemetry.topic.num.partitions"])
-                          if self.metrics is not None and config["telemetry.interval.ms"] > 0 and self.zk is None
-                          else None)  # in a cluster: telemetry follows the group coordinator (next step)
+        self.telemetry: TelemetryWriter | None = None
+        if self.metrics is not None and config["telemetry.interval.ms"] > 0:
+            # in a cluster every broker writes what it served and the lag of what it leads, to
+            # each telemetry partition's leader (docs/metrics.md)
+            sink = (ClusterSink(self.cluster, self.replicas.append_internal, self.logs.notifier.notify)
+                    if self.replicas is not None else None)
+            self.telemetry = TelemetryWriter(self.node_id, self.topics, self.logs, self.metrics,
+                                             config["telemetry.topic.num.partitions"], sink)
         self.services = Services(config=config, cluster=self.cluster, logs=self.logs, topics=self.topics,
                                  groups=self.groups, producer_ids=self.producer_ids,
                                  dynamic_configs=self.dynamic_configs,
@@ -117,7 +121,7 @@ class Broker:
         self.open_storage()
         await self.groups.start()
         if self.telemetry is not None and self.zk is None:
-            self.telemetry.ensure_topic()
+            self.telemetry.ensure_topic()  # in a cluster: on its first write, once brokers have joined
         host, port = self.config.listener()
         self.listener = Listener(self.config, self.services)
         bound = await self.listener.start(host, port)
@@ -211,5 +215,7 @@ class Broker:
         if self.listener is not None:
             await self.listener.close()
         await self.groups.stop()
+        if self.telemetry is not None and isinstance(self.telemetry.sink, ClusterSink):
+            await self.telemetry.sink.close()
         self.logs.shutdown()
         log.info("broker %d stopped cleanly", self.node_id)

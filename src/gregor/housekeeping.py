@@ -40,7 +40,7 @@ async def run_housekeeping(config: BrokerConfig, logs: LogManager, metrics: Brok
         if telemetry is not None and now >= next_telemetry:
             next_telemetry = now + telemetry_every
             try:
-                telemetry.write()
+                await telemetry.write()
             except Exception:  # noqa: BLE001 - telemetry must never stop the broker
                 log.exception("writing consumption telemetry failed")
         if now >= next_retention:

@@ -62,10 +62,13 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     min_bytes = min(max(req.min_bytes, 1), max(max_bytes, 1))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
-    metrics = ctx.metrics
+    # replication is not consumption: a follower's fetch is not attributed to any group
+    metrics = ctx.metrics if _replica_id(ctx, req) < 0 else None
     client_id = ctx.header.client_id or ""
-    # (topic, partition, fetch offset) of the known topics, for attribution (metrics on only)
-    positions = [(t, p, offset) for t, p, offset, *_ in wanted if t is not None] if metrics is not None else []
+    # (topic, partition, fetch offset) of the known topics, for attribution (metrics on only);
+    # internal topics (__consumer_offsets read by other brokers' group followers) are not counted
+    positions = ([(t, p, offset) for t, p, offset, *_ in wanted if t is not None and not t.startswith("__")]
+                 if metrics is not None else [])
     owners = metrics.attribute_fetch(client_id, ctx.client_host, positions, ctx.connection_state) if metrics else {}
     while True:
         topics, total, any_error, served = _read_all(ctx, max_bytes, wanted, redirect)
@@ -75,8 +78,16 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
         _close_regions(topics)
         await ctx.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
     if metrics is not None:
-        metrics.account_fetch(owners, positions, served)
+        metrics.account_fetch(owners, positions, served, client_id, ctx.client_host)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
+
+
+def _replica_id(ctx: RequestContext, req: Any) -> int:
+    """The fetching replica's broker id; -1 for a consumer."""
+    state = getattr(req, "replica_state", None)
+    if state is not None and ctx.version >= 15:
+        return int(state.replica_id)
+    return int(getattr(req, "replica_id", -1))
 
 
 def _close_regions(topics: list[TopicData[FileRegion]]) -> None:
@@ -103,8 +114,7 @@ def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted],
     ``redirect``."""
     replicas = ctx.replicas
     assert replicas is not None
-    state = getattr(req, "replica_state", None)
-    replica_id = state.replica_id if state is not None and ctx.version >= 15 else getattr(req, "replica_id", -1)
+    replica_id = _replica_id(ctx, req)
     epochs = {(ft.topic if ctx.version < 13 else ft.topic_id, fp.partition): getattr(fp, "current_leader_epoch", -1)
               for ft in req.topics for fp in ft.partitions}
     selector = ctx.config["replica.selector.class"]

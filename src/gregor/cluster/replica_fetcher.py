@@ -193,6 +193,7 @@ class ReplicaFetcher:
             records = r.records
             if records:
                 plog.append_as_follower(bytes(records))
+                self.manager.logs.notifier.notify(part.tp)  # what follows the replica (followed groups)
             if r.log_start_offset > plog.log_start_offset:
                 with contextlib.suppress(KafkaError):
                     plog.advance_log_start_offset(min(r.log_start_offset, plog.log_end_offset))

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gregor.coordinator.group.api import CommittedOffset, GroupSummary
-from gregor.metrics.attribution import GroupAttribution, MembersView
+from gregor.metrics.attribution import NO_GROUP, GroupAttribution, MembersView
 from gregor.metrics.time_lag import OffsetHistory
 from gregor.protocol.api_keys import ApiKey
 
@@ -26,7 +26,7 @@ FetchPosition = tuple[str, int, int]  # topic, partition, fetch offset
 class GroupsView(MembersView, Protocol):
     """What metrics read of the coordinator (GroupCoordinatorService provides it)."""
 
-    def group_summaries(self) -> Iterable[GroupSummary]: ...
+    def group_summaries(self, include_followed: bool = False) -> Iterable[GroupSummary]: ...
     def committed_offsets(self) -> Iterable[CommittedOffset]: ...
     def load_seconds(self) -> dict[int, float]: ...
 
@@ -62,12 +62,17 @@ class BrokerMetrics(Collector):
         return {(t, p): group_of(client_id, host, t, p, offset, connection) for t, p, offset in positions}
 
     def account_fetch(self, owners: dict[tuple[str, int], str], positions: Iterable[FetchPosition],
-                      served: Iterable[tuple[str, int, int, int]]) -> None:
+                      served: Iterable[tuple[str, int, int, int]], client_id: str = "", host: str = "") -> None:
         """Count what a fetch served ((topic, partition, messages, bytes)) to its groups, and note
         where each partition's next fetch should start."""
         moved: dict[tuple[str, int], int] = {}
         for topic, partition, messages, nbytes in served:
-            self.fetched(owners[(topic, partition)], topic, partition, messages, nbytes)
+            group = owners.get((topic, partition))
+            if group is None:  # not attributed (an internal topic)
+                continue
+            if group == NO_GROUP and messages:  # its group may have become known during the long poll
+                group = owners[(topic, partition)] = self.attribution.group_of(client_id, host, topic, partition)
+            self.fetched(group, topic, partition, messages, nbytes)
             moved[(topic, partition)] = messages
         for t, p, offset in positions:
             self.attribution.fetched_up_to(owners[(t, p)], t, p, offset + moved.get((t, p), 0))

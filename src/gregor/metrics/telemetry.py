@@ -26,12 +26,17 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from gregor.cluster.broker_client import BrokerClient, BrokerUnreachable
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import build_batch
 from gregor.protocol.telemetry_records import TELEMETRY_TOPIC, home_partition, record_key
 
 if TYPE_CHECKING:
+    from gregor.cluster.metadata import ClusterMetadata
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.log.log_manager import LogManager
     from gregor.metrics.registry import BrokerMetrics
@@ -40,13 +45,18 @@ log = logging.getLogger(__name__)
 
 
 
+Sink = Callable[[int, bytes], Awaitable[None]]
+
+
 class TelemetryWriter:
     """Writes what ``metrics`` counted and its groups view holds; ``partitions`` is
-    ``telemetry.topic.num.partitions``."""
+    ``telemetry.topic.num.partitions``. ``sink(partition, batch)`` stores a batch (default: this
+    broker's log; in a cluster a ``ClusterSink``, to the partition's leader)."""
 
     def __init__(self, node_id: int, topics: TopicAdmin, logs: LogManager, metrics: BrokerMetrics,
-                 partitions: int) -> None:
+                 partitions: int, sink: Sink | None = None) -> None:
         self.node_id = node_id
+        self.sink: Sink = sink if sink is not None else self._append_here
         self.topics = topics
         self.logs = logs
         self.metrics = metrics
@@ -55,10 +65,15 @@ class TelemetryWriter:
         self._homes: dict[tuple[str, int], int] = {}
 
     def ensure_topic(self) -> None:
+        """Create the topic if it is missing (in a cluster: asynchronously, through ZooKeeper;
+        the brokers write once it has leaders)."""
         if self.topics.get(TELEMETRY_TOPIC) is None:
-            self.topics.create_topic(TELEMETRY_TOPIC, self.partitions,
-                                     {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3_600_000)},
-                                     internal=True)
+            try:
+                self.topics.create_topic(TELEMETRY_TOPIC, self.partitions,
+                                         {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3_600_000)},
+                                         internal=True)
+            except KafkaError as e:  # in a cluster: being created (or by another broker)
+                log.debug("%s: %s", TELEMETRY_TOPIC, e.message)
 
     def partition_of(self, group_id: str, partitions: int) -> int:
         home = self._homes.get((group_id, partitions))
@@ -72,7 +87,7 @@ class TelemetryWriter:
         now_ms = int(now_s * 1000)
         rows: dict[tuple[str, str, int], dict[str, Any]] = {}
         states: dict[str, tuple[str, int]] = {}
-        for g in metrics.groups.group_summaries():
+        for g in metrics.groups.group_summaries(include_followed=True):
             states[g.group_id] = (g.state, g.members)
         for c in metrics.groups.committed_offsets():
             hw = self.logs.high_watermark(c.topic, c.partition)
@@ -96,24 +111,78 @@ class TelemetryWriter:
                         "members": members, "commit_ts": r["commit_ts"]})
         return out
 
-    def write(self) -> int:
+    async def _append_here(self, partition: int, batch: bytes) -> None:
+        plog = self.logs.get(TELEMETRY_TOPIC, partition)
+        if plog is not None:
+            plog.append_batch_unchecked(batch)
+            self.logs.notifier.notify((TELEMETRY_TOPIC, partition))
+
+    async def write(self) -> int:
+        """Write one interval's rows; returns how many were written."""
         topic = self.topics.get(TELEMETRY_TOPIC)
         rows = self.rows()
-        if not rows or topic is None:
+        if not rows:
+            return 0
+        if topic is None:
+            self.ensure_topic()
             return 0
         by_partition: dict[int, list[dict[str, Any]]] = {}
         for r in rows:
             by_partition.setdefault(self.partition_of(r["group"], topic.partitions), []).append(r)
         written = 0
         for partition, part_rows in sorted(by_partition.items()):
-            plog = self.logs.get(TELEMETRY_TOPIC, partition)
-            if plog is None:
-                continue
             for i in range(0, len(part_rows), 1000):
                 chunk = part_rows[i : i + 1000]
                 pairs = [(record_key(r['group'], r['topic'], r['partition']),
                           json.dumps(r, separators=(",", ":")).encode()) for r in chunk]  # compact: 10% fewer bytes
-                plog.append_batch_unchecked(build_batch(pairs, timestamp=chunk[0]["ts"]))
-            written += len(part_rows)
-            self.logs.notifier.notify((TELEMETRY_TOPIC, partition))
+                await self.sink(partition, build_batch(pairs, timestamp=chunk[0]["ts"]))
+                written += len(chunk)
         return written
+
+
+class ClusterSink:
+    """Telemetry in a cluster: a batch goes to its partition's leader, appended here as leader
+    (``append_internal``, replicated like any record) or produced to the leader (acks=1). An
+    interval whose partition has no leader, or whose leader does not answer, is dropped and
+    logged: telemetry must never hold the broker up."""
+
+    def __init__(self, cluster: ClusterMetadata, append_internal: Callable[[str, int, bytes], int],
+                 notify: Callable[[tuple[str, int]], None], timeout_ms: int = 5000) -> None:
+        self.cluster = cluster
+        self.append_internal = append_internal
+        self.notify = notify
+        self.timeout_ms = timeout_ms
+        self._clients: dict[int, BrokerClient] = {}
+
+    async def __call__(self, partition: int, batch: bytes) -> None:
+        leader = self.cluster.partition(TELEMETRY_TOPIC, partition).leader
+        if leader == self.cluster.node_id:
+            self.append_internal(TELEMETRY_TOPIC, partition, batch)
+            self.notify((TELEMETRY_TOPIC, partition))
+            return
+        endpoint = self.cluster.broker(leader) if leader >= 0 else None
+        if endpoint is None:
+            log.warning("telemetry for %s-%d dropped this interval: the partition has no live leader",
+                        TELEMETRY_TOPIC, partition)
+            return
+        client = self._clients.get(leader)
+        if client is None or (client.host, client.port) != (endpoint.host, endpoint.port):
+            client = self._clients[leader] = BrokerClient(leader, endpoint.host, endpoint.port,
+                                                          f"gregor-{self.cluster.node_id}-telemetry",
+                                                          request_timeout_ms=self.timeout_ms)
+        try:
+            resp = await client.request(ApiKey.PRODUCE, 9, {
+                "transactional_id": None, "acks": 1, "timeout": self.timeout_ms,
+                "topic_data": [{"name": TELEMETRY_TOPIC, "partition_data": [{"index": partition, "records": batch}]}]})
+        except BrokerUnreachable as e:
+            log.warning("telemetry for %s-%d dropped this interval: %s", TELEMETRY_TOPIC, partition, e)
+            return
+        code = resp.responses[0].partition_responses[0].error_code
+        if code:
+            log.warning("telemetry for %s-%d dropped this interval: broker %d answered %s", TELEMETRY_TOPIC,
+                        partition, leader, ErrorCode(code).name.upper())
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()

@@ -43,6 +43,7 @@ from gregor.coordinator.group.api import (
     TopicPartition,
 )
 from gregor.coordinator.group.context import GroupConfig
+from gregor.coordinator.group.followed_groups import FollowedGroups, NoTimer
 from gregor.coordinator.group.locator import (
     CoordinatorLocation,
     ReasonLog,
@@ -105,6 +106,8 @@ class GroupCoordinatorService:
         self._membership_version = 0
         # in a cluster: shards follow leadership of their partitions (attach_replication)
         self._append_internal: Callable[[str, int, bytes], int] | None = None
+        # in a cluster: every other partition's groups, followed read-only (metrics attribution)
+        self.followed: FollowedGroups | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def ensure_topic(self) -> None:
@@ -128,6 +131,8 @@ class GroupCoordinatorService:
             self.ensure_topic()
             for p in range(self.num_partitions):
                 self.load(p)
+        if self.followed is not None:
+            self.followed.start()
         self._watchdog = asyncio.get_running_loop().create_task(self._reload_failed())
 
     def attach_replication(self, append_internal: Callable[[str, int, bytes], int]) -> None:
@@ -136,6 +141,15 @@ class GroupCoordinatorService:
         leader (``append_internal``) and answered when the high watermark covers them
         (``on_high_watermark``)."""
         self._append_internal = append_internal
+        self.followed = FollowedGroups(self.cluster, self.logs, self._offsets_partitions, self._loaded_here,
+                                       self._make_followed_shard, self._bump_membership)
+
+    def _loaded_here(self) -> set[int]:
+        return {p for p, rt in self.runtimes.items() if rt.state is ShardState.ACTIVE}
+
+    def _offsets_partitions(self) -> int:
+        topic = self.topics.get(OFFSETS_TOPIC)
+        return topic.partitions if topic is not None else 0
 
     def on_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool) -> None:
         if topic != OFFSETS_TOPIC:
@@ -144,7 +158,7 @@ class GroupCoordinatorService:
         if t is not None:
             self.num_partitions = t.partitions
         self.unload(partition)
-        if is_leader:
+        if is_leader:  # followed until its shard is loaded here (followed_groups.py)
             self.load(partition)
 
     def on_high_watermark(self, topic: str, partition: int, offset: int) -> None:
@@ -185,6 +199,11 @@ class GroupCoordinatorService:
         shard.ctx.on_membership_change = self._bump_membership
         return shard
 
+    def _make_followed_shard(self, partition: int) -> GroupCoordinatorShard:
+        from gregor.log.partition_log import now_ms
+
+        return GroupCoordinatorShard(partition, self.config, now_ms, NoTimer(), topic_exists=self._topic_exists)
+
     def _bump_membership(self) -> None:
         self._membership_version += 1
 
@@ -204,6 +223,8 @@ class GroupCoordinatorService:
                     rt.reload()
 
     async def stop(self) -> None:
+        if self.followed is not None:
+            await self.followed.stop()
         if self._watchdog is not None:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -413,28 +434,52 @@ class GroupCoordinatorService:
         return errors[group_id]
 
     # -- read-only views (metrics, telemetry) -------------------------------------------------
-    def group_summaries(self) -> Iterator[GroupSummary]:
-        for shard in self._active_shards():
+    # In a cluster the views also read the followed partitions (followed_groups.py): every broker
+    # knows every group's members and committed offsets, so it can attribute the fetches it serves
+    # and report the lag of the partitions it leads. A group's state is reported by its
+    # coordinator only (``include_followed`` for the telemetry rows' state column).
+    def _member_shards(self) -> list[GroupCoordinatorShard]:
+        shards = self._active_shards()
+        if self.followed is not None:
+            shards.extend(self.followed.shards())
+        return shards
+
+    def group_summaries(self, include_followed: bool = False) -> Iterator[GroupSummary]:
+        shards = self._member_shards() if include_followed else self._active_shards()
+        for shard in shards:
             for group_id, g in sorted(shard.groups.items()):
                 yield GroupSummary(group_id, g.state.value, len(g.members), g.generation_id, g.rebalances,
                                    g.last_rebalance_ms)
 
     def committed_offsets(self) -> Iterator[CommittedOffset]:
-        for shard in self._active_shards():
+        """Every group's committed offsets of the partitions led here (on one node: all)."""
+        clustered = self.cluster.clustered
+        me = self.cluster.node_id
+        led: dict[tuple[str, int], bool] = {}
+        for shard in self._member_shards():
             for group_id, offsets in sorted(shard.offsets_mgr.offsets.items()):
                 for (topic, partition), v in sorted(offsets.items()):
+                    if clustered:
+                        here = led.get((topic, partition))
+                        if here is None:
+                            here = led[(topic, partition)] = self.cluster.partition(topic, partition).leader == me
+                        if not here:
+                            continue
                     yield CommittedOffset(group_id, topic, partition, v.offset, v.commit_timestamp)
 
     def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
-        runtime = self.runtimes.get(self.partition_for(group_id))
-        if runtime is None or runtime.state is not ShardState.ACTIVE or runtime.shard is None:
+        p = self.partition_for(group_id)
+        runtime = self.runtimes.get(p)
+        shard = (runtime.shard if runtime is not None and runtime.state is ShardState.ACTIVE
+                 else self.followed.shard(p) if self.followed is not None else None)
+        if shard is None:
             return None
-        v = runtime.shard.offsets_mgr.offsets.get(group_id, {}).get((topic, partition))
+        v = shard.offsets_mgr.offsets.get(group_id, {}).get((topic, partition))
         return v.offset if v is not None else None
 
     def consumer_members(self) -> Iterator[MemberView]:
-        """Members of consumer groups that are neither Empty nor Dead."""
-        for shard in self._active_shards():
+        """Members of consumer groups that are neither Empty nor Dead (in a cluster: of every group)."""
+        for shard in self._member_shards():
             for group in shard.groups.values():
                 if group.protocol_type != "consumer" or group.is_in(GroupState.DEAD, GroupState.EMPTY):
                     continue
