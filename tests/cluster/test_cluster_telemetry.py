@@ -194,3 +194,51 @@ def test_every_broker_attributes_fetches_to_their_groups_while_the_coordinator_m
         for r in readers:
             r.join(30)
         cluster.kill_all()
+
+
+def test_a_broker_without_a_replica_of_the_offsets_partition_follows_it_from_the_leader(tmp_path, zookeeper):
+    """offsets.topic.replication.factor=1: two of the three brokers hold no replica of the groups'
+    __consumer_offsets partition and follow it by fetching from its leader; they still attribute
+    every fetch they serve to the right group."""
+    ga, gb = same_coordinator_groups()
+    groups = {"orders": ga, "payments": gb}
+    cluster = BrokerCluster(tmp_path / "cluster", zookeeper, 3, {
+        "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS), "offsets.topic.replication.factor": "1",
+        "group.initial.rebalance.delay.ms": "0", "telemetry.interval.ms": "0"})
+    ports = {}
+    for i, b in zip(cluster.ids, cluster.brokers, strict=True):
+        ports[i] = free_port()
+        b.overrides["metrics.listener"] = f"http://127.0.0.1:{ports[i]}"
+    cluster.start()
+    readers: list[Reader] = []
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for f in admin.create_topics([NewTopic(t, 3, replica_assignment=ASSIGNMENT) for t in TOPICS]).values():
+            f.result(30)
+        wait_for(lambda: all(leader == ASSIGNMENT[p][0] for (_, p), leader in leaders(admin).items()), 60,
+                 "each broker leading one partition of each topic")
+        readers = [Reader(cluster.bootstrap, groups[t], t) for t in TOPICS]
+        for r in readers:
+            r.start()
+        wait_for(lambda: all(coordinator_of(cluster.bootstrap, g) > 0 for g in groups.values()), 60, "coordinators")
+        time.sleep(3)  # the groups are formed and followed (every 0.5 s) before any data arrives
+        produce(cluster.bootstrap, 300)
+        wait_for(lambda: all(r.read >= 300 for r in readers), 90, "everything read")
+
+        def attributed():
+            per_broker = {i: dict(counts(port)) for i, port in ports.items()}
+            total = Counter()
+            for c in per_broker.values():
+                total.update(c)
+            return per_broker if all(total[(groups[t], t)] == 300 for t in TOPICS) else None
+
+        per_broker = wait_for(attributed, 30, "every broker's counts adding up")
+        coordinator = coordinator_of(cluster.bootstrap, ga)
+        assert all(any(g in (ga, gb) for g, _ in per_broker[i]) for i in ports if i != coordinator), per_broker
+        assert not any(g == "__no_group__" and t in TOPICS for c in per_broker.values() for g, t in c), per_broker
+    finally:
+        for r in readers:
+            r.done.set()
+        for r in readers:
+            r.join(30)
+        cluster.kill_all()
