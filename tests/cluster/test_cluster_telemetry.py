@@ -93,26 +93,37 @@ def leaders(admin: AdminClient) -> dict[tuple[str, int], int]:
     return {(t, p.id): p.leader for t in TOPICS for p in md.topics[t].partitions.values()}
 
 
-def test_every_broker_attributes_fetches_to_their_groups_while_the_coordinator_moves(tmp_path, zookeeper):
-    ga, gb = same_coordinator_groups()
-    groups = {"orders": ga, "payments": gb}
+def start_cluster(tmp_path, zookeeper, settings: dict[str, str]) -> tuple[BrokerCluster, dict[int, int], AdminClient]:
+    """Three brokers, each with its own metrics endpoint (broker id -> port), and the two topics
+    with every broker leading one partition of each."""
     cluster = BrokerCluster(tmp_path / "cluster", zookeeper, 3, {
         "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS), "group.initial.rebalance.delay.ms": "0",
-        "telemetry.interval.ms": "1000", "telemetry.topic.num.partitions": "2",
-        "leader.imbalance.check.interval.seconds": "2"})
+        **settings})
     ports = {}
     for i, b in zip(cluster.ids, cluster.brokers, strict=True):
         ports[i] = free_port()
         b.overrides["metrics.listener"] = f"http://127.0.0.1:{ports[i]}"
-    cluster.start()
-    readers: list[Reader] = []
     try:
+        cluster.start()
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        for f in admin.create_topics([NewTopic(t, 3, replica_assignment=ASSIGNMENT)
-                                                   for t in TOPICS]).values():
+        for f in admin.create_topics([NewTopic(t, 3, replica_assignment=ASSIGNMENT) for t in TOPICS]).values():
             f.result(30)
         wait_for(lambda: all(leader == ASSIGNMENT[p][0] for (_, p), leader in leaders(admin).items()), 60,
                  "each broker leading one partition of each topic")
+    except BaseException:
+        cluster.kill_all()
+        raise
+    return cluster, ports, admin
+
+
+def test_every_broker_attributes_fetches_to_their_groups_while_the_coordinator_moves(tmp_path, zookeeper):
+    ga, gb = same_coordinator_groups()
+    groups = {"orders": ga, "payments": gb}
+    cluster, ports, admin = start_cluster(tmp_path, zookeeper, {
+        "telemetry.interval.ms": "1000", "telemetry.topic.num.partitions": "2",
+        "leader.imbalance.check.interval.seconds": "2"})
+    readers: list[Reader] = []
+    try:
         readers = [Reader(cluster.bootstrap, groups[t], t) for t in TOPICS]
         for r in readers:
             r.start()
@@ -202,21 +213,10 @@ def test_a_broker_without_a_replica_of_the_offsets_partition_follows_it_from_the
     every fetch they serve to the right group."""
     ga, gb = same_coordinator_groups()
     groups = {"orders": ga, "payments": gb}
-    cluster = BrokerCluster(tmp_path / "cluster", zookeeper, 3, {
-        "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS), "offsets.topic.replication.factor": "1",
-        "group.initial.rebalance.delay.ms": "0", "telemetry.interval.ms": "0"})
-    ports = {}
-    for i, b in zip(cluster.ids, cluster.brokers, strict=True):
-        ports[i] = free_port()
-        b.overrides["metrics.listener"] = f"http://127.0.0.1:{ports[i]}"
-    cluster.start()
+    cluster, ports, _ = start_cluster(tmp_path, zookeeper, {"offsets.topic.replication.factor": "1",
+                                                            "telemetry.interval.ms": "0"})
     readers: list[Reader] = []
     try:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        for f in admin.create_topics([NewTopic(t, 3, replica_assignment=ASSIGNMENT) for t in TOPICS]).values():
-            f.result(30)
-        wait_for(lambda: all(leader == ASSIGNMENT[p][0] for (_, p), leader in leaders(admin).items()), 60,
-                 "each broker leading one partition of each topic")
         readers = [Reader(cluster.bootstrap, groups[t], t) for t in TOPICS]
         for r in readers:
             r.start()

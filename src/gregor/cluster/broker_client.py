@@ -116,3 +116,29 @@ class BrokerClient:
         if reading is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await reading
+
+
+class BrokerClients:
+    """One client per broker for a part that talks to whichever broker leads something (the
+    telemetry sink, the followed groups): ``for_broker`` returns the client of a broker's current
+    endpoint, replacing the client when the broker came back at another address."""
+
+    def __init__(self, client_id: str, request_timeout_ms: int) -> None:
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self._clients: dict[int, BrokerClient] = {}
+
+    async def for_broker(self, node_id: int, host: str, port: int) -> BrokerClient:
+        client = self._clients.get(node_id)
+        if client is not None and (client.host, client.port) == (host, port):
+            return client
+        if client is not None:
+            await client.close()
+        client = self._clients[node_id] = BrokerClient(node_id, host, port, self.client_id,
+                                                       request_timeout_ms=self.request_timeout_ms)
+        return client
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()

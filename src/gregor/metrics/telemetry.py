@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from gregor.cluster.broker_client import BrokerClient, BrokerUnreachable
+from gregor.cluster.broker_client import BrokerClients, BrokerUnreachable
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import build_batch
@@ -152,7 +152,7 @@ class ClusterSink:
         self.append_internal = append_internal
         self.notify = notify
         self.timeout_ms = timeout_ms
-        self._clients: dict[int, BrokerClient] = {}
+        self._clients = BrokerClients(f"gregor-{cluster.node_id}-telemetry", timeout_ms)
 
     async def __call__(self, partition: int, batch: bytes) -> None:
         leader = self.cluster.partition(TELEMETRY_TOPIC, partition).leader
@@ -165,11 +165,7 @@ class ClusterSink:
             log.warning("telemetry for %s-%d dropped this interval: the partition has no live leader",
                         TELEMETRY_TOPIC, partition)
             return
-        client = self._clients.get(leader)
-        if client is None or (client.host, client.port) != (endpoint.host, endpoint.port):
-            client = self._clients[leader] = BrokerClient(leader, endpoint.host, endpoint.port,
-                                                          f"gregor-{self.cluster.node_id}-telemetry",
-                                                          request_timeout_ms=self.timeout_ms)
+        client = await self._clients.for_broker(leader, endpoint.host, endpoint.port)
         try:
             resp = await client.request(ApiKey.PRODUCE, 9, {
                 "transactional_id": None, "acks": 1, "timeout": self.timeout_ms,
@@ -183,6 +179,4 @@ class ClusterSink:
                         partition, leader, ErrorCode(code).name.upper())
 
     async def close(self) -> None:
-        for c in self._clients.values():
-            await c.close()
-        self._clients.clear()
+        await self._clients.close()

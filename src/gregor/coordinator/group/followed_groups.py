@@ -37,7 +37,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gregor.cluster.broker_client import BrokerClient, BrokerUnreachable
+from gregor.cluster.broker_client import BrokerClients, BrokerUnreachable
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.timer import Operation
@@ -116,7 +116,7 @@ class FollowedGroups:
         self.on_members_changed = on_members_changed
         self.interval_s = interval_s
         self.followed: dict[int, FollowedPartition] = {}
-        self._clients: dict[int, BrokerClient] = {}
+        self._clients = BrokerClients(f"gregor-{cluster.node_id}-groups-follower", request_timeout_ms=10_000)
         self._task: asyncio.Task[None] | None = None
 
     # -- views ---------------------------------------------------------------------------------
@@ -137,9 +137,7 @@ class FollowedGroups:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for c in self._clients.values():
-            await c.close()
-        self._clients.clear()
+        await self._clients.close()
 
     async def _run(self) -> None:
         while True:
@@ -216,13 +214,7 @@ class FollowedGroups:
         endpoint = self.cluster.broker(leader)
         if endpoint is None:
             return False, False
-        client = self._clients.get(leader)
-        if client is None or (client.host, client.port) != (endpoint.host, endpoint.port):
-            if client is not None:
-                await client.close()
-            client = self._clients[leader] = BrokerClient(leader, endpoint.host, endpoint.port,
-                                                          f"gregor-{self.cluster.node_id}-groups-follower",
-                                                          request_timeout_ms=10_000)
+        client = await self._clients.for_broker(leader, endpoint.host, endpoint.port)
         try:
             resp = await client.request(ApiKey.FETCH, FETCH_VERSION, {
                 "replica_id": -1, "max_wait": datetime.timedelta(0), "min_bytes": 0, "max_bytes": 8 * READ_BYTES,
