@@ -69,7 +69,7 @@ Everything runs on this machine under a temporary directory, removed at the end 
 keeps it, with every process's log); every process is killed at the end, also after an error,
 Ctrl-C or SIGTERM.
 
-    .venv/bin/python bench/cluster.py                 # the full run (about 10 minutes)
+    .venv/bin/python bench/cluster.py                 # the full run (about 15 minutes)
     .venv/bin/python bench/cluster.py --quick         # a smoke run: fewer messages and kills
     .venv/bin/python bench/cluster.py --json          # the figures as JSON on stdout (text on stderr)
     .venv/bin/python bench/cluster.py --only failover --kills 3 --session-timeouts 6000 --keep
