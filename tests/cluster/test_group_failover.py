@@ -15,11 +15,10 @@ every offset read.
 - A rolling restart (controlled shutdowns) under load loses no commit and rebalances the group
   no more often than its coordinator moves.
 
-"Nothing is skipped" fails now and then because of a broker bug that a last test reproduces
-directly: a long-polled Fetch is answered with records of a leader epoch newer than the one the
-consumer sent (Kafka fences it), and librdkafka then drops fetched messages it had not delivered
-(FETCH_EPOCH_REASON). Such a skip is reported as an xfail with its evidence, after every other
-check of the test has passed.
+"Nothing is skipped" once failed now and then because of a broker bug that the last test
+reproduces directly: a long-polled Fetch was answered with records of a leader epoch newer than
+the one the consumer sent (Kafka fences it), and librdkafka then dropped fetched messages it had
+not delivered. The broker now checks the epoch again when the wait ends.
 
 Times from the kill to the first commit are printed (pytest -s); they are observations, not
 assertions.
@@ -73,11 +72,6 @@ OVERRIDES = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": 
              "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
              "group.initial.rebalance.delay.ms": "0"}
 RECOVERY_S = 90  # generous: the machine is slow and shared
-FETCH_EPOCH_REASON = (
-    "apis/fetch.py checks a consumer's current_leader_epoch once per request, not when its long poll "
-    "ends: a Fetch sent at epoch E is answered with records the leader appended at epoch E+1 (Kafka "
-    "answers FENCED_LEADER_EPOCH); librdkafka, validating its position for epoch E meanwhile, then "
-    "sees a false truncation and seeks, dropping fetched messages it had not delivered yet")
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -212,19 +206,13 @@ def drain(members_by_group: dict[str, list[GroupConsumer]], prod: ContinuousProd
 
 
 def check_nothing_skipped(missing: dict[str, Gaps], members_by_group: dict[str, list[GroupConsumer]]) -> None:
-    """Every group read every offset (at least once). A gap that a member skipped while reading the
-    partition (read n, then more than n + 1) is the known broker bug FETCH_EPOCH_REASON: xfail
-    with the evidence; any other gap fails."""
+    """Every group read every offset (at least once); a gap fails, with the members' out-of-order
+    reads (a member that read n, then more than n + 1, skipped what lies between)."""
     if not any(missing.values()):
         return
     jumps = {g: [(m.name, j) for m in ms for j in m.jumps] for g, ms in members_by_group.items()}
     detail = f"offsets never read {missing}; offsets read out of order (member, (when, partition, after, read)): " \
              f"{ {g: js for g, js in jumps.items() if missing[g]} }"
-    skipped = all(any(jp == p and after < o < read for _name, (_t, jp, after, read) in jumps[g])
-                  for g, gs in missing.items() for p, offsets in gs.items() for o in offsets)
-    if skipped:
-        pytest.xfail(f"{FETCH_EPOCH_REASON} (test_a_long_polled_fetch_is_fenced_when_the_leader_epoch_changes_"
-                     f"during_its_wait): {detail}")
     raise AssertionError(f"messages lost to the group: {detail}")
 
 
@@ -232,7 +220,7 @@ def check_nothing_skipped(missing: dict[str, Gaps], members_by_group: dict[str, 
 def test_the_checks_see_two_owners_at_once_and_a_committed_offset_going_back():
     """The records' checks fail where they must (fabricated records, no processes): a partition
     assigned to a member before another revoked it; a committed offset read lower than before; an
-    offset nobody read (an xfail only if a member skipped it while reading)."""
+    offset nobody read, or one a member skipped while reading."""
     a, b = (GroupConsumer(n, "127.0.0.1:1", "g", "t") for n in ("a", "b"))
     a.events += [(1.0, "assign", [0, 1]), (5.0, "revoke", [0, 1])]
     b.events += [(5.5, "assign", [0])]
@@ -254,7 +242,7 @@ def test_the_checks_see_two_owners_at_once_and_a_committed_offset_going_back():
     with pytest.raises(AssertionError, match="messages lost to the group"):  # never read, never skipped
         check_nothing_skipped({"g": {1: [66]}}, {"g": [a]})
     a.jumps.append((9.0, 1, 65, 67))  # a read 65, then 67: it skipped 66
-    with pytest.raises(pytest.xfail.Exception, match="current_leader_epoch"):
+    with pytest.raises(AssertionError, match=r"\(9.0, 1, 65, 67\)"):
         check_nothing_skipped({"g": {1: [66]}}, {"g": [a]})
 
 
@@ -524,7 +512,6 @@ def test_rolling_restart_under_load_loses_no_commit_and_rebalances_only_when_the
 
 
 # -- the broker-side cause of a skipped message seen in the tests above ---------------------------
-@pytest.mark.xfail(strict=False, reason=FETCH_EPOCH_REASON)
 def test_a_long_polled_fetch_is_fenced_when_the_leader_epoch_changes_during_its_wait(cluster_factory):
     """A consumer's Fetch at the log end carries the leader epoch E it knows and waits (max_wait).
     Meanwhile a follower's controlled shutdown makes the controller bump the epoch (the leader stays)

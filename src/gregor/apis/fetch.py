@@ -70,7 +70,15 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     positions = ([(t, p, offset) for t, p, offset, *_ in wanted if t is not None and not t.startswith("__")]
                  if metrics is not None else [])
     owners = metrics.attribute_fetch(client_id, ctx.client_host, positions, ctx.connection_state) if metrics else {}
+    recheck = ctx.replicas is not None and _replica_id(ctx, req) < 0
+    waited = False
     while True:
+        if waited and recheck:
+            # the leader epoch may have moved during the long poll: a consumer that asked at an
+            # older epoch gets FENCED_LEADER_EPOCH, not records written at the new one (Kafka's
+            # delayed fetch checks again when it completes)
+            wanted = _recheck_epochs(ctx, req, wanted)
+        waited = True
         topics, total, any_error, served = _read_all(ctx, max_bytes, wanted, redirect)
         remaining = deadline - loop.time()
         if total >= min_bytes or any_error or redirect or remaining <= 0:
@@ -115,8 +123,7 @@ def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted],
     replicas = ctx.replicas
     assert replicas is not None
     replica_id = _replica_id(ctx, req)
-    epochs = {(ft.topic if ctx.version < 13 else ft.topic_id, fp.partition): getattr(fp, "current_leader_epoch", -1)
-              for ft in req.topics for fp in ft.partitions}
+    epochs = _request_epochs(ctx, req)
     selector = ctx.config["replica.selector.class"]
     client_rack = (getattr(req, "rack_id", "") or "") if selector is not None and ctx.version >= 11 else ""
     out: list[Wanted] = []
@@ -144,6 +151,32 @@ def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted],
             except KafkaError as e:
                 err = e.code
         out.append((name, partition, offset, pmax, key, err, replica_id < 0))
+    return out
+
+
+def _request_epochs(ctx: RequestContext, req: Any) -> dict[tuple[Any, int], int]:
+    return {(ft.topic if ctx.version < 13 else ft.topic_id, fp.partition): getattr(fp, "current_leader_epoch", -1)
+            for ft in req.topics for fp in ft.partitions}
+
+
+def _recheck_epochs(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> list[Wanted]:
+    """A consumer's partitions checked again after a long-poll wait: still served here, at the
+    epoch the consumer asked with."""
+    replicas = ctx.replicas
+    assert replicas is not None
+    epochs = _request_epochs(ctx, req)
+    out: list[Wanted] = []
+    for name, partition, offset, pmax, key, err, consumer in wanted:
+        if name is not None and not err:
+            epoch = epochs.get((key, partition), -1)
+            try:
+                if ctx.version >= 11:
+                    replicas.local_partition(name, partition, epoch)
+                else:
+                    replicas.leader_partition(name, partition, epoch)
+            except KafkaError as e:
+                err = e.code
+        out.append((name, partition, offset, pmax, key, err, consumer))
     return out
 
 
