@@ -51,6 +51,19 @@ def window_size(text: str) -> int:
     return n
 
 
+DURATION = re.compile(r"^(\d+)(ms|s|m|h)?$")
+DURATION_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+def duration_ms(text: str) -> int:
+    """Milliseconds from ``500ms``, ``10s``, ``1m``, ``1h`` or a bare number of milliseconds."""
+    m = DURATION.match(text.strip())
+    ms = int(m.group(1)) * DURATION_MS[m.group(2)] if m else 0
+    if ms < 1:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (for example 500ms, 10s, 1m)")
+    return ms
+
+
 def spark_conf(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -67,6 +80,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--top", type=int, default=10, help="how many top lagging groups to list (default 10)")
     p.add_argument("--since", type=point_in_time, help="first sample: epoch ms, ISO 8601, or 30m/2h/7d ago")
     p.add_argument("--until", type=point_in_time, help="last sample: epoch ms, ISO 8601, or 30m/2h/7d ago")
+    p.add_argument("--bucket", type=duration_ms, metavar="DURATION",
+                   help="time grid of the timelines, e.g. 10s (default: the telemetry interval found in the data)")
     p.add_argument("--telemetry-topic", default=TELEMETRY_TOPIC)
     p.add_argument("--offsets-topic", default=OFFSETS_TOPIC)
     p.add_argument("--driver-memory", default="2g", help="spark.driver.memory (default 2g)")
@@ -122,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from gregor.lagreport import job, report
 
     opts = JobOptions(args.bootstrap_server, args.out, args.window, args.top, args.since, args.until,
-                      args.telemetry_topic, args.offsets_topic)
+                      args.telemetry_topic, args.offsets_topic, args.bucket)
     if opts.since_ms is not None and opts.until_ms is not None and opts.since_ms > opts.until_ms:
         print("gregor lag-report: --since is after --until", file=sys.stderr)
         return 2

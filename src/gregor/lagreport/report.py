@@ -1,8 +1,9 @@
 """The report over the job's tables: a self-contained HTML page with plots, and a summary.
 
-The report reads the job's small tables (one row per group, per partition, or per group and
-sample time) straight from Parquet, with no further Spark jobs, and downsamples the plot data to
-at most ``BUCKETS`` points per line, so the page stays small whatever the volume of telemetry.
+The report reads the job's small tables (one row per group, per partition, per group and broker,
+or per group and time bucket; of the samples only the Parquet footers) straight from Parquet, with
+no further Spark jobs, and downsamples the plot data to at most ``BUCKETS`` points per line, so
+the page stays small whatever the volume of telemetry.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ class Summary:
     t1: int | None
     samples: int
     window: int
-    groups: list[dict[str, Any]] = field(default_factory=list)  # worst first
+    groups: list[dict[str, Any]] = field(default_factory=list)  # worst first; served_by: brokers, first first
     top_lagging: list[dict[str, Any]] = field(default_factory=list)
     partitions: list[dict[str, Any]] = field(default_factory=list)  # not OK, worst first
+    serving: list[dict[str, Any]] = field(default_factory=list)  # per group and broker, in the groups' order
+    bucket_ms: int | None = None  # the timeline's grid
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(rules.GROUP_STATUSES, 0)
@@ -43,13 +46,18 @@ class Summary:
 
     def as_json(self) -> dict[str, Any]:
         return {"from_ms": self.t0, "to_ms": self.t1, "samples": self.samples, "window": self.window,
-                "status_counts": self.counts(), "groups": self.groups, "top_lagging": self.top_lagging,
-                "partitions_not_ok": self.partitions}
+                "bucket_ms": self.bucket_ms, "brokers": self.brokers(), "status_counts": self.counts(),
+                "groups": self.groups, "top_lagging": self.top_lagging, "partitions_not_ok": self.partitions,
+                "serving": self.serving}
+
+    def brokers(self) -> list[int]:
+        """The brokers that served consumption in the period."""
+        return sorted({s["broker"] for s in self.serving if s["broker"] is not None})
 
 
 def _read(path: Path, columns: list[str] | None = None) -> Any:
     """A table the job wrote, as Arrow (the report's inputs are small: one row per group, per
-    partition, or per group and sample time)."""
+    partition, per group and broker, or per group and time bucket)."""
     import pyarrow.parquet as pq
 
     return pq.read_table(str(path), columns=columns)
@@ -67,12 +75,60 @@ def _ranked(table: Any, ranks: dict[str, int], *then: tuple[str, str]) -> Any:
     return keyed.take(order).drop_columns(["_r"])
 
 
+def _extent(path: Path) -> tuple[int, int | None, int | None]:
+    """(rows, first ts, last ts) of the samples table, from the Parquet footers (Spark writes the
+    column statistics), reading the ts column only where a footer lacks them."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    rows, lows, highs = 0, [], []
+    for fragment in ds.dataset(str(path), format="parquet").get_fragments():
+        groups = fragment.row_groups
+        stats = [g.statistics.get("ts") if g.statistics else None for g in groups]
+        if all(st is not None and "min" in st for st in stats):
+            rows += sum(g.num_rows for g in groups)
+            lows += [st["min"] for st in stats if st is not None]
+            highs += [st["max"] for st in stats if st is not None]
+        else:
+            ts = fragment.to_table(columns=["ts"]).column("ts")
+            rows += len(ts)
+            if len(ts):
+                bounds = pc.min_max(ts).as_py()
+                lows.append(bounds["min"])
+                highs.append(bounds["max"])
+    return rows, min(lows, default=None), max(highs, default=None)
+
+
+def serving_by_broker(path: Path, order: list[str]) -> list[dict[str, Any]]:
+    """What each broker served each group (over its partitions), groups in ``order`` (others
+    after), then brokers by when they began serving; brokers that served nothing are left out."""
+    import pyarrow.compute as pc
+
+    table = _read(path, ["group", "broker", "messages", "bytes", "first_served_ts", "last_served_ts"])
+    table = table.filter(pc.or_(pc.greater(table.column("messages"), 0), pc.greater(table.column("bytes"), 0)))
+    per = table.group_by(["group", "broker"]).aggregate([("messages", "sum"), ("bytes", "sum"),
+                                                         ("first_served_ts", "min"), ("last_served_ts", "max")])
+    rows = [{"group": r["group"], "broker": r["broker"], "messages": r["messages_sum"], "bytes": r["bytes_sum"],
+             "first_served_ts": r["first_served_ts_min"], "last_served_ts": r["last_served_ts_max"]}
+            for r in per.to_pylist()]
+    totals: dict[str, int] = {}
+    for r in rows:
+        totals[r["group"]] = totals.get(r["group"], 0) + (r["messages"] or 0)
+    for r in rows:
+        r["share"] = (r["messages"] or 0) / totals[r["group"]] if totals[r["group"]] else None
+    rank = {g: i for i, g in enumerate(order)}
+    return sorted(rows, key=lambda r: (rank.get(r["group"], len(rank)), r["group"],
+                                       r["first_served_ts"] if r["first_served_ts"] is not None else 1 << 62,
+                                       r["broker"] if r["broker"] is not None else -1))
+
+
 def summarise(paths: dict[str, Path], opts: JobOptions) -> Summary:
     import pyarrow.compute as pc
 
-    timeline = _read(paths["group_timeline"], ["ts", "partitions"])  # a tenth of the samples' rows, same bounds
-    bounds = pc.min_max(timeline.column("ts")).as_py() if timeline.num_rows else {"min": None, "max": None}
-    samples = pc.sum(timeline.column("partitions")).as_py() or 0
+    samples, first_ts, last_ts = _extent(paths["samples"])
+    bounds = {"min": first_ts, "max": last_ts}
+    steps = _read(paths["group_timeline"], ["bucket_ms"]).column("bucket_ms")
+    bucket_ms = steps[0].as_py() if len(steps) else None
     keep = ["group", "status", "partitions", "total_lag", "max_time_lag_s", "messages_per_s", "members", "state",
             "worst_partition", "worst_partition_status", "last_seen", "last_commit_ts"]
     groups = _ranked(_read(paths["group_status"], keep), GROUP_RANK, ("total_lag", "descending"),
@@ -85,8 +141,15 @@ def summarise(paths: dict[str, Path], opts: JobOptions) -> Summary:
     top = top.take(pc.sort_indices(top, sort_keys=[("total_lag", "descending", "at_end"),
                                                    ("max_time_lag_s", "descending", "at_end"),
                                                    ("group", "ascending", "at_end")]))
-    return Summary(bounds["min"], bounds["max"], samples, opts.window, groups.to_pylist(), top.to_pylist(),
-                   partitions.to_pylist())
+    group_rows = groups.to_pylist()
+    serving = serving_by_broker(paths["broker_serving"], [g["group"] for g in group_rows])
+    served_by: dict[str, list[int]] = {}
+    for r in serving:
+        served_by.setdefault(r["group"], []).append(r["broker"])
+    for g in group_rows:
+        g["served_by"] = served_by.get(g["group"], [])
+    return Summary(bounds["min"], bounds["max"], samples, opts.window, group_rows, top.to_pylist(),
+                   partitions.to_pylist(), serving, bucket_ms)
 
 
 def chart_frames(paths: dict[str, Path], summary: Summary) -> dict[str, Any]:
@@ -155,16 +218,29 @@ def _table(headers: list[str], rows: list[list[str]], empty: str) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _brokers(ids: list[int]) -> str:
+    return " → ".join(str(b) for b in ids) if ids else "-"
+
+
 def _group_rows(groups: list[dict[str, Any]]) -> list[list[str]]:
     e = html.escape
     return [[e(g["group"]), _badge(g["status"]), _num(g["partitions"]), _num(g["total_lag"]),
              _num(g["max_time_lag_s"], 1), _num(g["messages_per_s"], 1), _num(g["members"]), e(g["state"] or "-"),
-             f'{e(g["worst_partition"] or "-")} {_badge(g["worst_partition_status"])}', _when(g["last_commit_ts"])]
+             f'{e(g["worst_partition"] or "-")} {_badge(g["worst_partition_status"])}', _when(g["last_commit_ts"]),
+             e(_brokers(g.get("served_by", [])))]
             for g in groups[:TABLE_ROWS]]
 
 
+def _serving_rows(serving: list[dict[str, Any]]) -> list[list[str]]:
+    e = html.escape
+    return [[e(r["group"]), e(str(r["broker"])), _num(r["messages"]), _num(r["bytes"]),
+             f'{r["share"] * 100:.0f}%' if r["share"] is not None else "-", _when(r["first_served_ts"]),
+             _when(r["last_served_ts"])] for r in serving[:TABLE_ROWS]]
+
+
 GROUP_HEADERS = ["group", "status", "partitions", "lag", "time lag (s)", "msg/s", "members", "state",
-                 "worst partition", "last commit"]
+                 "worst partition", "last commit", "served by"]
+SERVING_HEADERS = ["group", "broker", "messages", "bytes", "share", "first served", "last served"]
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
 header{background:#1d2330;color:#fff;padding:20px 32px}header h1{margin:0 0 4px;font-size:22px}
@@ -176,7 +252,8 @@ border-top:4px solid var(--c)}.card b{display:block;font-size:28px}.card span{co
 table{border-collapse:collapse;width:100%;font-size:13px}th{text-align:left;color:#5b6270;font-weight:600;
 border-bottom:2px solid #e5e7eb;padding:6px 8px}td{border-bottom:1px solid #eef0f3;padding:6px 8px}
 .badge{color:#fff;border-radius:10px;padding:2px 8px;font-size:11px;font-weight:700;letter-spacing:.3px}
-.plot svg{width:100%;height:auto}.empty{color:#5b6270}ol{font-size:14px;line-height:1.5}
+.plot svg{width:100%;height:auto}.empty,.note{color:#5b6270}.note{font-size:13px;margin:0 0 10px}
+ol{font-size:14px;line-height:1.5}
 """
 RULES_HTML = """<ol>
 <li><b>OK</b> when the lag was zero in any sample of the window, or fewer than two samples exist.</li>
@@ -186,6 +263,16 @@ RULES_HTML = """<ol>
 <li><b>WARNING</b> when offsets move but the lag never went down between two samples.</li>
 <li><b>OK</b> otherwise. A group is <b>ERROR</b> when any partition is STALL, STOP or REWIND,
 <b>WARNING</b> when any partition is WARNING.</li></ol>"""
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _seconds(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms / 1000:g} s"
 
 
 def render_html(summary: Summary, frames: dict[str, Any], opts: JobOptions) -> str:
@@ -208,7 +295,9 @@ def render_html(summary: Summary, frames: dict[str, Any], opts: JobOptions) -> s
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>
 <body><header><h1>Consumer lag report</h1>
 <p>{e(opts.bootstrap)} · {_when(summary.t0)} to {_when(summary.t1)} · {summary.samples:,} samples ·
-window {summary.window} samples · generated {_when(int(dt.datetime.now(dt.UTC).timestamp() * 1000))}</p></header>
+window {summary.window} samples · {_plural(len(summary.brokers()), "broker")} serving ·
+time buckets {_seconds(summary.bucket_ms)} · generated {_when(int(dt.datetime.now(dt.UTC).timestamp() * 1000))}</p>
+</header>
 <main><div class="cards">{cards}</div>
 <section><h2>Groups</h2>{_table(GROUP_HEADERS, _group_rows(summary.groups), "No consumer groups in this period.")}
 </section>
@@ -218,6 +307,10 @@ window {summary.window} samples · generated {_when(int(dt.datetime.now(dt.UTC).
 <section class="plot" id="throughput">{thr_svg}</section>
 <section><h2>Top lagging groups</h2>{_table(["group", "lag", "time lag (s)", "status"], top_rows,
                                             "No group has lag.")}</section>
+<section id="serving"><h2>Serving brokers</h2><p class="note">What each broker served each group in this period
+(fetches are served by a partition's leader, or a follower with follower reads): a failover shows as one broker
+ending and another beginning.</p>{_table(SERVING_HEADERS, _serving_rows(summary.serving),
+                                        "No broker served consumption in this period.")}</section>
 <section><h2>Partitions not OK</h2>{_table(["group", "partition", "status", "committed", "log end", "lag",
                                              "time lag (s)", "members", "last commit"], part_rows,
                                             "Every partition is OK.")}</section>
@@ -234,9 +327,10 @@ def terminal_summary(summary: Summary, html_path: Path, tables_dir: Path) -> str
     if not summary.samples:
         lines.insert(0, "No telemetry samples in this period (the broker writes one every telemetry.interval.ms "
                         "for each group with committed offsets or fetches).")
-    header = ["GROUP", "STATUS", "PARTS", "LAG", "TIME-LAG-S", "MSG/S", "WORST"]
+    header = ["GROUP", "STATUS", "PARTS", "LAG", "TIME-LAG-S", "MSG/S", "WORST", "SERVED-BY"]
     rows = [[g["group"], g["status"], _num(g["partitions"]), _num(g["total_lag"]), _num(g["max_time_lag_s"], 1),
-             _num(g["messages_per_s"], 1), f'{g["worst_partition"] or "-"} {g["worst_partition_status"] or ""}']
+             _num(g["messages_per_s"], 1), f'{g["worst_partition"] or "-"} {g["worst_partition_status"] or ""}',
+             ",".join(str(b) for b in g.get("served_by", [])) or "-"]
             for g in summary.groups[:20]]
     lines += format_table(header, rows)
     if len(summary.groups) > 20:
