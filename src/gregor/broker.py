@@ -182,6 +182,9 @@ class Broker:
                     log.warning("controlled shutdown could not move every leadership away; stopping anyway")
             except Exception:
                 log.exception("controlled shutdown failed; stopping anyway")
+        # what this broker served since its last telemetry row, while the telemetry partitions'
+        # leaders can still be found (its own leaderships have moved away)
+        await self._final_telemetry()
         # Kafka's StopReplica: a broker whose leaderships moved stops fetching at once, so that no
         # leader takes it back into an ISR it is about to leave (acks=all would wait for it)
         await self.replicas.stop()
@@ -193,6 +196,17 @@ class Broker:
         if isinstance(self.cluster, ZkClusterMetadata):
             await self.cluster.stop()
         await self.zk.stop()
+
+    async def _final_telemetry(self) -> None:
+        """One last telemetry write when the broker stops, so that what it served since its last
+        row is not lost (a rolling restart would otherwise drop up to telemetry.interval.ms of
+        consumption from the lag report)."""
+        if self.telemetry is None:
+            return
+        try:
+            await asyncio.wait_for(self.telemetry.write(), 5)
+        except Exception:  # noqa: BLE001 - stopping goes on
+            log.warning("the last telemetry write before stopping failed", exc_info=True)
 
     @property
     def bound_port(self) -> int:
@@ -214,6 +228,8 @@ class Broker:
                 await t
         if self.listener is not None:
             await self.listener.close()
+        if self.zk is None:
+            await self._final_telemetry()  # one node: everything served, up to the last request
         await self.groups.stop()
         if self.telemetry is not None and isinstance(self.telemetry.sink, ClusterSink):
             await self.telemetry.sink.close()
