@@ -6,9 +6,14 @@ loop), against Gregor and, in the same run, Tansu:
 - commits: partition-offsets committed per second, 1-partition and 100-partition requests;
 - heartbeats: sustained heartbeats per second and p99 latency, from a stable group;
 - load (Gregor only, in process): seconds to replay a __consumer_offsets partition of 1,000,000
-  commit records.
+  commit records;
+- assign (in process, no broker): the server-side assignors of the consumer group protocol
+  (KIP-848): a fresh uniform assignment of 1,000 members over 10 topics x 1,000 partitions, the
+  incremental one after a member joins or leaves, the same over 50,000 partitions beside the figure
+  of Kafka's Java assignor, a heterogeneous group, and range; medians of several runs.
 
     python bench/coordinator.py [--members 10,100,1000] [--seconds 5] [--load-records 1000000]
+    python bench/coordinator.py --only assign [--assign-members 1000] [--assign-runs 7]
 """
 
 from __future__ import annotations
@@ -193,13 +198,80 @@ def load(records: int) -> tuple[float, float]:
         return seconds, size_mb
 
 
+# Kafka's Java UniformAssignor for 1,000 members and 50,000 partitions: the figure quoted when this part
+# was asked for (not measured here).
+KAFKA_UNIFORM_1000x50000_MS = "15-20"
+
+
+def assign_bench(members: int, topics: int, per_topic: int, large_per_topic: int, runs: int) -> dict[str, Any]:
+    """Milliseconds (median of ``runs``) of the assignors on in-memory groups, and the partitions each
+    incremental assignment moved."""
+    import uuid
+
+    from gregor.coordinator.group.assignors import Assignment, GroupSpec, MemberSpec, assignor
+
+    topic_ids = [uuid.UUID(int=i + 1) for i in range(topics)]
+
+    def spec(n: int, per: int, current: dict[str, Assignment] | None = None, subs: Any = None) -> GroupSpec:
+        current = current or {}
+        everything = frozenset(topic_ids)
+        ms = {f"member-{i:05d}": MemberSpec(f"member-{i:05d}", None, None,
+                                              subs(i) if subs else everything, current.get(f"member-{i:05d}", {}))
+              for i in range(n)}
+        return GroupSpec(ms, {t: per for t in topic_ids})
+
+    def timed(name: str, s: GroupSpec) -> tuple[float, dict[str, Assignment]]:
+        a = assignor(name)
+        times = []
+        result: dict[str, Assignment] = {}
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            result = a.assign(s)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1000, result
+
+    def moved(before: dict[str, Assignment], after: dict[str, Assignment]) -> int:
+        return sum(len(ps - before.get(m, {}).get(t, frozenset())) for m, a in after.items() for t, ps in a.items())
+
+    out: dict[str, Any] = {}
+
+    def line(key: str, label: str, n: int, per: int, ms: float, extra: str = "") -> None:
+        out[key] = ms
+        print(f"assign  {label:22s} {n:5d} members x {per * topics:6d} partitions: {ms:8.2f} ms{extra}", flush=True)
+
+    for per, tag in ((per_topic, ""), (large_per_topic, "_large")):
+        ms, fresh = timed("uniform", spec(members, per))
+        line(f"uniform_fresh{tag}", "uniform fresh", members, per, ms,
+             f"   (Kafka (Java) uniform, 1000 members x 50000 partitions: {KAFKA_UNIFORM_1000x50000_MS} ms)"
+             if tag else "")
+        ms, joined = timed("uniform", spec(members + 1, per, fresh))
+        out[f"uniform_join{tag}_moved"] = mv = moved(fresh, joined)
+        line(f"uniform_join{tag}", "uniform +1 member", members + 1, per, ms, f"   moved {mv} partitions")
+        ms, left = timed("uniform", spec(members - 1, per, fresh))
+        out[f"uniform_leave{tag}_moved"] = mv = moved(fresh, left)
+        line(f"uniform_leave{tag}", "uniform -1 member", members - 1, per, ms, f"   moved {mv} partitions")
+    half = frozenset(topic_ids[: max(1, topics // 2)])
+    every = frozenset(topic_ids)
+    ms, _ = timed("uniform", spec(members, per_topic, subs=lambda i: every if i % 2 else half))
+    line("uniform_heterogeneous", "uniform heterogeneous", members, per_topic, ms,
+         f"   (half the members subscribe to {len(half)} of the {topics} topics)")
+    ms, _ = timed("range", spec(members, per_topic))
+    line("range_fresh", "range fresh", members, per_topic, ms)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--members", default="10,100,1000")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--heartbeat-members", type=int, default=50)
     ap.add_argument("--load-records", type=int, default=1_000_000)
-    ap.add_argument("--only", choices=["gregor", "tansu"], action="append")
+    ap.add_argument("--only", choices=["gregor", "tansu", "assign"], action="append")
+    ap.add_argument("--assign-members", type=int, default=1000)
+    ap.add_argument("--assign-topics", type=int, default=10)
+    ap.add_argument("--assign-partitions", type=int, default=1000, help="per topic")
+    ap.add_argument("--assign-large-partitions", type=int, default=5000, help="per topic, the larger run")
+    ap.add_argument("--assign-runs", type=int, default=7)
     args = ap.parse_args()
     sizes = [int(x) for x in args.members.split(",")]
     results: dict[str, dict[str, float | None]] = {}
@@ -226,6 +298,9 @@ def main() -> None:
                 print(f"{name:7s} heartbeats ({args.heartbeat_members} members): {hb[0]:9.0f}/s, p99 {hb[1]:.2f} ms",
                       flush=True)
             results[name] = r
+    if not args.only or "assign" in args.only:
+        assign_bench(args.assign_members, args.assign_topics, args.assign_partitions, args.assign_large_partitions,
+                     args.assign_runs)
     if not args.only or "gregor" in args.only:
         seconds, size = load(args.load_records)
         print(f"gregor  load {args.load_records} commit records ({size:.0f} MB): {seconds:.2f} s, "
