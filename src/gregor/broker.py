@@ -78,7 +78,8 @@ class Broker:
 
             self.producer_ids = ZkProducerIdManager(self.zk, self.node_id)
         self.dynamic_configs = DynamicConfigs(config, self.node_id, self.logs, registry)
-        self.groups = GroupCoordinatorService(config, registry, self.logs, self.topics.create_topic, self.cluster)
+        self.groups = GroupCoordinatorService(config, registry, self.logs, self.topics.create_topic, self.cluster,
+                                              group_settings=lambda g: self.dynamic_configs.group_config(g)[0])
         self.topics.on_deleted.append(self.groups.on_topic_deleted)
         if self.replicas is not None:
             self.groups.attach_replication(self.replicas.append_internal)

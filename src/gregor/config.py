@@ -71,6 +71,37 @@ def _replica_selector(v: str) -> str:
     raise ValueError(f"must be one of {LEADER_SELECTOR}, {RACK_AWARE_SELECTOR} (or their simple names)")
 
 
+REBALANCE_PROTOCOLS = ("classic", "consumer")
+CONSUMER_ASSIGNORS = ("uniform", "range")
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
+
+
+def _names_of(allowed: tuple[str, ...], what: str, required: str | None = None) -> Callable[[str], tuple[str, ...]]:
+    """A comma-separated list of names out of ``allowed``, in the given order, without repeats."""
+
+    def parse(v: str) -> tuple[str, ...]:
+        parts = [p.strip().lower() for p in v.split(",") if p.strip()]
+        unknown = [p for p in parts if p not in allowed]
+        if not parts or unknown:
+            raise ValueError(f"must be a list of {what} out of {', '.join(allowed)}"
+                             + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+        if required is not None and required not in parts:
+            raise ValueError(f"must include {required}")
+        return tuple(dict.fromkeys(parts))
+
+    return parse
+
+
+def _one_of(allowed: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(v: str) -> str:
+        s = v.strip().lower()
+        if s not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return s
+
+    return parse
+
+
 def _cleanup_policy(v: str) -> str:
     parts = [p.strip() for p in v.split(",") if p.strip()]
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -225,6 +256,27 @@ KEYS: dict[str, Key] = {
         Key("group.min.session.timeout.ms", _POS_INT, 6000, "smallest session timeout"),
         Key("group.max.session.timeout.ms", _POS_INT, 1800000, "largest session timeout"),
         Key("group.max.size", _int_range(1, INT_MAX), INT_MAX, "members per group"),
+        Key("group.coordinator.rebalance.protocols", _names_of(REBALANCE_PROTOCOLS, "protocols", "classic"),
+            ("classic",), "group protocols served: classic (JoinGroup/SyncGroup) and consumer (KIP-848, "
+            "ConsumerGroupHeartbeat; advertised in ApiVersions only when listed)"),
+        Key("group.consumer.session.timeout.ms", _int_range(1, INT_MAX), 45000,
+            "consumer-protocol members: no heartbeat for this long and the member is removed"),
+        Key("group.consumer.min.session.timeout.ms", _int_range(1, INT_MAX), 45000,
+            "smallest group.consumer.session.timeout.ms a group config may set"),
+        Key("group.consumer.max.session.timeout.ms", _int_range(1, INT_MAX), 60000,
+            "largest group.consumer.session.timeout.ms a group config may set"),
+        Key("group.consumer.heartbeat.interval.ms", _int_range(1, INT_MAX), 5000,
+            "consumer-protocol members heartbeat this often (told in every response)"),
+        Key("group.consumer.min.heartbeat.interval.ms", _int_range(1, INT_MAX), 5000,
+            "smallest group.consumer.heartbeat.interval.ms a group config may set"),
+        Key("group.consumer.max.heartbeat.interval.ms", _int_range(1, INT_MAX), 15000,
+            "largest group.consumer.heartbeat.interval.ms a group config may set"),
+        Key("group.consumer.max.size", _int_range(1, INT_MAX), INT_MAX, "members per consumer-protocol group"),
+        Key("group.consumer.assignors", _names_of(CONSUMER_ASSIGNORS, "assignors"), CONSUMER_ASSIGNORS,
+            "server-side assignors members may choose (group.remote.assignor); the first is the default"),
+        Key("group.consumer.migration.policy", _one_of(MIGRATION_POLICIES), "upgrade",
+            "whether an empty classic group becomes a consumer-protocol group when such a member joins "
+            "(upgrade, bidirectional) or not (disabled, downgrade)"),
         Key("producer.id.expiration.ms", _int_range(1, INT_MAX), 86400000,
             "accepted; idle producer state is not expired yet (kept until restart without a snapshot)",
             applies=False),
@@ -343,6 +395,14 @@ class BrokerConfig:
             raise ConfigError("queued.max.request.bytes must be -1 or at least socket.request.max.bytes")
         if cfg["max.connections.per.ip"] == 0 and not cfg["max.connections.per.ip.overrides"]:
             raise ConfigError("max.connections.per.ip can be 0 only if max.connections.per.ip.overrides is set")
+        for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+            low, value, high = (cfg[f"group.consumer.{m}{what}"] for m in ("min.", "", "max."))
+            if not low <= value <= high:
+                raise ConfigError(f"group.consumer.{what}={value} must be between group.consumer.min.{what}={low} "
+                                  f"and group.consumer.max.{what}={high}")
+        if cfg["group.consumer.heartbeat.interval.ms"] >= cfg["group.consumer.session.timeout.ms"]:
+            raise ConfigError("group.consumer.heartbeat.interval.ms must be smaller than "
+                              "group.consumer.session.timeout.ms")
         return cfg
 
     # Derived settings, resolved the way Kafka resolves them (ms wins over minutes over hours).

@@ -84,7 +84,7 @@ def test_groups_describe_shows_offsets_and_lag(served_broker, capsys):
     produce(s, "events", 1, 4)
     commit(s, "billing", {("events", 0): 7, ("events", 1): 4})
     assert gjson(s, capsys, "groups", "list") == [
-        {"group": "billing", "state": "Empty", "protocol_type": "", "coordinator": 0}]
+        {"group": "billing", "type": "classic", "state": "Empty", "protocol_type": "", "coordinator": 0}]
     described = gjson(s, capsys, "groups", "describe", "billing")
     assert (described["state"], described["members"]) == ("Empty", [])
     assert [(r["topic"], r["partition"], r["current_offset"], r["log_end_offset"], r["lag"], r["consumer_id"])

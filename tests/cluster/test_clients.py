@@ -836,7 +836,8 @@ def test_gregor_cli_against_any_broker_through_a_leader_and_coordinator_sigkill(
 
     for i in cluster.ids:
         assert lags(i) == {0: (10, 30, 20), 1: (20, 30, 10), 2: (30, 30, 0)}
-        assert listed(i) == [{"group": group, "state": "Empty", "protocol_type": "consumer", "coordinator": victim}]
+        assert listed(i) == [{"group": group, "type": "classic", "state": "Empty", "protocol_type": "consumer",
+                             "coordinator": victim}]
     where = cli_json("groups", "coordinator", group, "--bootstrap-server", address[survivors[0]])
     assert (where["coordinator"], where["partition_leader"], where["status"]) == (victim, victim, "loaded")
 

@@ -23,8 +23,10 @@ def dispatch(dispatcher: Dispatcher, node, frame: bytes, state: dict | None = No
     return node.run(dispatcher.handle(frame, PEER, {} if state is None else state))
 
 
-def registry_versions() -> list[tuple[int, int, int]]:
-    return sorted((r.api_key, r.min_version, r.max_version) for r in REGISTRY.values())
+def registry_versions(config=None) -> list[tuple[int, int, int]]:
+    """What the registry holds and the default configuration enables."""
+    return sorted((r.api_key, r.min_version, r.max_version) for r in REGISTRY.values() if r.enabled(config)
+                  and (config is not None or r.protocol is None))
 
 
 @pytest.mark.parametrize("version", range(5))
@@ -44,6 +46,31 @@ def test_api_versions_too_new_is_answered_in_v0_with_the_supported_versions(in_p
     corr, resp = split_response(ApiKey.API_VERSIONS, 0, dispatch(Dispatcher(node.services), node, frame))
     assert corr == 77 and resp.error_code == ErrorCode.unsupported_version
     assert [(k.api_key, k.min_version, k.max_version) for k in resp.api_keys] == registry_versions()
+
+
+HEARTBEAT_848 = {"group_id": "g", "member_id": "m", "member_epoch": 0, "instance_id": None, "rack_id": None,
+                 "rebalance_timeout": 30000, "subscribed_topic_names": ["t"], "subscribed_topic_regex": None,
+                 "server_assignor": None, "topic_partitions": []}
+
+
+def test_the_consumer_protocol_apis_are_served_only_when_enabled(in_process_broker_factory):
+    """ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) are advertised and served only
+    when group.coordinator.rebalance.protocols lists consumer: franz-go and librdkafka switch to
+    the protocol as soon as a broker lists them."""
+    for protocols, enabled in (("classic", False), ("classic,consumer", True)):
+        node = in_process_broker_factory({"group.coordinator.rebalance.protocols": protocols})
+        d = Dispatcher(node.services)
+        _, resp = split_response(ApiKey.API_VERSIONS, 3, dispatch(d, node, request_frame(
+            ApiKey.API_VERSIONS, 3, API_VERSIONS_BODY)))
+        keys = {k.api_key for k in resp.api_keys}
+        assert ({ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE} <= keys) is enabled
+        assert keys == {k for k, _, _ in registry_versions(node.config)}
+        _, hb = split_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, dispatch(d, node, request_frame(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, HEARTBEAT_848)))
+        if enabled:
+            assert hb.error_code != ErrorCode.unsupported_version  # served (here: no shard loaded yet)
+        else:
+            assert hb.error_code == ErrorCode.unsupported_version
 
 
 def test_unsupported_version_answered_where_the_schema_has_an_error_code(in_process_broker):

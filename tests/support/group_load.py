@@ -67,7 +67,8 @@ class Commit:
 class GroupConsumer:
     """One confluent-kafka consumer of ``topic`` in ``group`` on a thread of its own.
 
-    ``strategy``: partition.assignment.strategy (``range``, ``cooperative-sticky``);
+    ``strategy``: partition.assignment.strategy (``range``, ``cooperative-sticky``) of the classic
+    protocol; ``protocol``: group.protocol (``classic``, or ``consumer``: KIP-848, the broker assigns);
     ``instance_id``: group.instance.id (a static member); ``assign``: the partitions of assign
     mode (no subscription; commits are then asynchronous)."""
 
@@ -78,6 +79,7 @@ class GroupConsumer:
     strategy: str = "range"
     instance_id: str | None = None
     assign: list[int] | None = None
+    protocol: str = "classic"
     events: list[tuple[float, str, list[int]]] = field(default_factory=list)
     commits: list[Commit] = field(default_factory=list)
     consumed: dict[int, set[int]] = field(default_factory=dict)
@@ -100,8 +102,11 @@ class GroupConsumer:
         conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap, "group.id": self.group, "client.id": self.name,
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": self.strategy, "fetch.wait.max.ms": 100,
-            "on_commit": self._on_commit}
+            "fetch.wait.max.ms": 100, "on_commit": self._on_commit}
+        if self.protocol == "consumer":
+            conf["group.protocol"] = "consumer"
+        else:
+            conf["partition.assignment.strategy"] = self.strategy
         if self.instance_id is not None:
             conf["group.instance.id"] = self.instance_id
         if debug_dir := os.environ.get("GROUP_LOAD_DEBUG"):  # librdkafka's debug log, one file per consumer

@@ -13,7 +13,7 @@ from gregor.protocol.errors import ErrorCode
 
 # highest version of each API this client speaks (the broker may offer fewer)
 PREFERRED = {
-    ApiKey.METADATA: 12, ApiKey.FIND_COORDINATOR: 3, ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 4,
+    ApiKey.METADATA: 12, ApiKey.FIND_COORDINATOR: 3, ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 5,
     ApiKey.OFFSET_FETCH: 7, ApiKey.OFFSET_COMMIT: 8, ApiKey.LIST_OFFSETS: 7, ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: 0, ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 5, ApiKey.DESCRIBE_CONFIGS: 4,
 }

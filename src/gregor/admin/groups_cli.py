@@ -67,10 +67,11 @@ def list_groups(admin: AdminClient, args: argparse.Namespace) -> int:
             silent.append(f"broker {node.node_id} ({node.host}:{node.port}): {e}")
             continue
         for g in r.groups:
-            rows.append({"group": g.group_id, "state": getattr(g, "group_state", ""), "protocol_type": g.protocol_type,
+            rows.append({"group": g.group_id, "type": getattr(g, "group_type", "classic") or "classic",
+                         "state": getattr(g, "group_state", ""), "protocol_type": g.protocol_type,
                          "coordinator": node.node_id})
     rows.sort(key=lambda r: r["group"])
-    emit(args, rows, ["group", "state", "protocol_type", "coordinator"])
+    emit(args, rows, ["group", "type", "state", "protocol_type", "coordinator"])
     for why in silent:
         print(f"gregor groups: the groups of {why} are not listed", file=sys.stderr)
     return 1 if silent else 0
@@ -85,6 +86,28 @@ def _describe_group(admin: AdminClient, group: str) -> Any:
     return g
 
 
+def _describe_consumer_group(admin: AdminClient, group: str) -> Any | None:
+    """The group as ConsumerGroupDescribe (KIP-848) shows it; None if it is not a consumer-protocol
+    group (or the broker does not serve that protocol)."""
+    conn = admin.coordinator_conn(group)
+    try:
+        conn.version_for(ApiKey.CONSUMER_GROUP_DESCRIBE)
+    except AdminError:
+        return None
+    g = conn.call(ApiKey.CONSUMER_GROUP_DESCRIBE, {"group_ids": [group],
+                                                   "include_authorized_operations": False}).groups[0]
+    if g.error_code == ErrorCode.group_id_not_found:
+        return None
+    if g.error_code:
+        raise AdminError(f"ConsumerGroupDescribe {group}: {ErrorCode(g.error_code).name.upper()}"
+                         + (f" ({g.error_message})" if g.error_message else ""))
+    return g
+
+
+def _partitions(assignment: Any) -> list[tuple[str, int]]:
+    return [(t.topic_name, p) for t in assignment.topic_partitions for p in sorted(t.partitions)]
+
+
 def committed_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], tuple[int, str]]:
     r = admin.coordinator_conn(group).call(ApiKey.OFFSET_FETCH, {"group_id": group, "topics": None,
                                                                  "require_stable": False})
@@ -94,7 +117,57 @@ def committed_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], t
             for t in r.topics for p in t.partitions if p.committed_offset >= 0}
 
 
+def describe_consumer_group(admin: AdminClient, args: argparse.Namespace, g: Any) -> int:
+    """A consumer-protocol group: members with their epochs, current and target assignments, and
+    what is still to be revoked (the member holds it, its target does not) or assigned."""
+    owners: dict[tuple[str, int], Any] = {}
+    members = []
+    for m in g.members:
+        current, target = _partitions(m.assignment), _partitions(m.target_assignment)
+        for tp in current:
+            owners[tp] = m
+        members.append({"member_id": m.member_id, "group_instance_id": m.instance_id, "member_epoch": m.member_epoch,
+                         "client_id": m.client_id, "host": m.client_host,
+                         "assignment": [f"{t}-{p}" for t, p in current],
+                         "target": [f"{t}-{p}" for t, p in target],
+                         "to_revoke": [f"{t}-{p}" for t, p in current if (t, p) not in set(target)],
+                         "to_assign": [f"{t}-{p}" for t, p in target if (t, p) not in set(current)],
+                         "subscribed_topics": list(m.subscribed_topic_names)})
+    committed = committed_offsets(admin, args.group)
+    tps = sorted(set(committed) | set(owners))
+    ends = admin.list_offsets(tps, -1) if tps else {}
+    rows = []
+    for tp in tps:
+        off = committed.get(tp, (-1, ""))[0]
+        end = ends.get(tp, -1)
+        owner = owners.get(tp)
+        rows.append({"group": args.group, "topic": tp[0], "partition": tp[1],
+                     "current_offset": off if off >= 0 else None, "log_end_offset": end if end >= 0 else None,
+                     "lag": end - off if off >= 0 and end >= 0 else None,
+                     "consumer_id": owner.member_id if owner else None, "host": owner.client_host if owner else None,
+                     "client_id": owner.client_id if owner else None})
+    if args.json:
+        emit(args, {"group": args.group, "type": "consumer", "state": g.group_state, "group_epoch": g.group_epoch,
+                    "assignment_epoch": g.assignment_epoch, "assignor": g.assignor_name, "members": members,
+                    "offsets": rows}, [])
+        return 0
+    print(f"Group {args.group} is {g.group_state} (consumer protocol, {len(g.members)} members, group epoch "
+          f"{g.group_epoch}, assignment epoch {g.assignment_epoch}, assignor {g.assignor_name})\n")
+    emit(args, rows, ["group", "topic", "partition", "current_offset", "log_end_offset", "lag", "consumer_id",
+                      "host", "client_id"])
+    if members:
+        print()
+        emit(args, [{**m, **{k: ",".join(m[k]) or "-" for k in ("assignment", "target", "to_revoke", "to_assign")}}
+                    for m in members],
+             ["member_id", "group_instance_id", "member_epoch", "client_id", "host", "assignment", "to_revoke",
+              "to_assign"])
+    return 0
+
+
 def describe(admin: AdminClient, args: argparse.Namespace) -> int:
+    consumer_group = _describe_consumer_group(admin, args.group)
+    if consumer_group is not None:
+        return describe_consumer_group(admin, args, consumer_group)
     g = _describe_group(admin, args.group)
     owners: dict[tuple[str, int], Any] = {}
     members = []

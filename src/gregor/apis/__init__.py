@@ -9,6 +9,7 @@ and every handler can be found by reading this list. A new API: a module here, a
 from gregor.apis import (  # noqa: F401 - imported for their registrations
     alter_configs,
     api_versions,
+    consumer_groups,
     controlled_shutdown,
     delete_records,
     describe_cluster,

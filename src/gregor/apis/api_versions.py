@@ -10,4 +10,4 @@ from gregor.protocol.api_keys import ApiKey
 
 @handles(ApiKey.API_VERSIONS, 0, 4)
 async def api_versions(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return api_versions_body()
+    return api_versions_body(config=ctx.config)

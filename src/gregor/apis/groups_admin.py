@@ -7,7 +7,7 @@ from typing import Any
 from gregor.apis.handler import RequestContext, handles
 from gregor.apis.metadata import GROUP_OPERATIONS, OMITTED
 from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.errors import KafkaError
 
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 5)
@@ -30,12 +30,10 @@ async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
 async def list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     states = {s.lower() for s in getattr(req, "states_filter", ())} or None
     types = {t.lower() for t in getattr(req, "types_filter", ())}
-    if types and "classic" not in types:
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
     result = ctx.groups.list_groups(states)
     return {"throttle_time": 0, "error_code": result.error, "groups": [
-        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": "classic"}
-        for g in result.groups]}
+        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": g.group_type}
+        for g in result.groups if not types or g.group_type in types]}
 
 
 @handles(ApiKey.DELETE_GROUPS, 0, 2)

@@ -103,28 +103,38 @@ class Registration:
     min_version: int
     max_version: int
     handler: Handler
+    # the group protocol the API belongs to (group.coordinator.rebalance.protocols); None: always on
+    protocol: str | None = None
+
+    def enabled(self, config: Any) -> bool:
+        return self.protocol is None or config is None or self.protocol in config[REBALANCE_PROTOCOLS]
+
+
+REBALANCE_PROTOCOLS = "group.coordinator.rebalance.protocols"
 
 
 REGISTRY: dict[int, Registration] = {}
 
 
-def handles(api_key: ApiKey, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+def handles(api_key: ApiKey, min_version: int, max_version: int,
+            protocol: str | None = None) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
         if api_key in REGISTRY:
             raise RuntimeError(f"{api_key.name} registered twice")
-        REGISTRY[int(api_key)] = Registration(int(api_key), min_version, max_version, fn)
+        REGISTRY[int(api_key)] = Registration(int(api_key), min_version, max_version, fn, protocol)
         return fn
 
     return register
 
 
-def api_versions_body(error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
-    """The ApiVersions answer: exactly what the registry holds."""
+def api_versions_body(error: ErrorCode = ErrorCode.none, config: Any = None) -> dict[str, Any]:
+    """The ApiVersions answer: exactly what the registry holds and ``config`` enables (the APIs
+    of a group protocol that is off are not advertised)."""
     return {
         "error_code": error,
         "api_keys": [
             {"api_key": r.api_key, "min_version": r.min_version, "max_version": r.max_version}
-            for r in sorted(REGISTRY.values(), key=lambda r: r.api_key)
+            for r in sorted(REGISTRY.values(), key=lambda r: r.api_key) if r.enabled(config)
         ],
         "throttle_time": 0,
     }

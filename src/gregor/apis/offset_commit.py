@@ -19,7 +19,8 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
                   for t in req.topics for p in t.partitions]
     cr = CommitRequest(group_id=req.group_id, generation_id=req.generation_id_or_member_epoch,
                        member_id=req.member_id, group_instance_id=getattr(req, "group_instance_id", None),
-                       partitions=partitions, retention_ms=retention_ms if retention_ms >= 0 else -1)
+                       partitions=partitions, retention_ms=retention_ms if retention_ms >= 0 else -1,
+                       api_version=ctx.version)
     errors: CommitResult
     if not req.group_id and ctx.version >= 0 and req.generation_id_or_member_epoch >= 0:
         errors = {(p.topic, p.partition): ErrorCode.invalid_group_id for p in partitions}

@@ -19,8 +19,9 @@ this node's id) wins over a cluster-wide default (resource name ""), which wins 
 
 Group configs (Kafka 4.0, KIP-848/932): ``consumer.session.timeout.ms`` and friends, per group id,
 valid for any group id (the group need not exist), range-checked against the broker's bounds as
-Kafka does. Gregor's groups are classic ones, which these settings do not govern in Kafka either:
-they are stored and described only.
+Kafka does. ``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` govern the
+group's consumer-protocol members (KIP-848) from their next heartbeat on; classic groups are not
+governed by them (as in Kafka); the share keys are stored and described only.
 """
 
 from __future__ import annotations
@@ -232,11 +233,16 @@ class DynamicConfigs:
         return out
 
     # -- group configs -----------------------------------------------------------------------
+    def _broker_value(self, key: str, default: int) -> int:
+        """A broker key Gregor knows (group.consumer.*), or one it only accepts (group.share.*)."""
+        if key in KEYS:
+            return int(self.config[key])
+        return _as_int(self.config.ignored.get(key), default)
+
     def group_defaults(self) -> dict[str, Any]:
-        ignored = self.config.ignored
         out: dict[str, Any] = {}
         for key, (broker_key, default, _lo, _hi) in GROUP_KEYS.items():
-            out[key] = _as_int(ignored.get(broker_key), default) if isinstance(default, int) else default
+            out[key] = self._broker_value(broker_key, default) if isinstance(default, int) else default
         return out
 
     def group_config(self, group_id: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -250,7 +256,6 @@ class DynamicConfigs:
         if not group_id:
             raise KafkaError(ErrorCode.invalid_request, "the group id must not be empty")
         new = dict(self.groups.get(group_id, {}))
-        ignored = self.config.ignored
         for key, value, op in entries:
             spec = GROUP_KEYS.get(key)
             if spec is None:
@@ -266,8 +271,8 @@ class DynamicConfigs:
                     n = int(str(value))
                 except ValueError:
                     raise KafkaError(ErrorCode.invalid_config, f"invalid value {value!r} for {key}") from None
-                low = _as_int(ignored.get(lo[0]), lo[1]) if lo else None
-                high = _as_int(ignored.get(hi[0]), hi[1]) if hi else None
+                low = self._broker_value(*lo) if lo else None
+                high = self._broker_value(*hi) if hi else None
                 if (low is not None and n < low) or (high is not None and n > high):
                     raise KafkaError(ErrorCode.invalid_config,
                                      f"{key} must be between {low} and {high} (the broker's bounds), got {n}")

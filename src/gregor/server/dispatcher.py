@@ -44,7 +44,7 @@ class Dispatcher:
         if reg is None:
             log.warning("closing connection from %s: unknown API key %d", peer, api_key)
             raise CloseConnection
-        if not reg.min_version <= version <= reg.max_version:
+        if not reg.min_version <= version <= reg.max_version or not reg.enabled(self.services.config):
             return self._unsupported_version(peer, api_key, version, corr)
         try:
             header = codec.parse_header(frame, codec.is_flexible(api_key, version))
@@ -75,13 +75,12 @@ class Dispatcher:
         body = result if isinstance(result, bytes) else encode(codec.response_schema(api_key, version), result)
         return [(len(head) + len(body)).to_bytes(4, "big") + head + body]
 
-    @staticmethod
-    def _unsupported_version(peer: str, api_key: int, version: int, corr: int) -> list[bytes | FileRegion]:
+    def _unsupported_version(self, peer: str, api_key: int, version: int, corr: int) -> list[bytes | FileRegion]:
         if api_key == ApiKey.API_VERSIONS:
             # Kafka answers with a v0 response carrying UNSUPPORTED_VERSION and its versions, so
             # that the client can retry with one it has in common.
             body = encode(codec.response_schema(api_key, API_VERSIONS_V0_UNSUPPORTED),
-                          api_versions_body(ErrorCode.unsupported_version))
+                          api_versions_body(ErrorCode.unsupported_version, self.services.config))
             return [(4 + len(body)).to_bytes(4, "big") + corr.to_bytes(4, "big", signed=True) + body]
         result = error_body(api_key, version, ErrorCode.unsupported_version)
         if result is None:

@@ -101,6 +101,70 @@ class LeaveResult:
     members: list[MemberLeft] = field(default_factory=list)
 
 
+# -- ConsumerGroupHeartbeat (KIP-848) -----------------------------------------------------------
+@dataclass
+class ConsumerHeartbeatRequest:
+    """ConsumerGroupHeartbeat. ``None`` fields were not sent (the member sends only what changed);
+    ``owned`` maps topic id -> partitions the member owns."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    client_id: str = ""
+    client_host: str = ""
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: list[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: dict[Any, frozenset[int]] | None = None
+
+
+@dataclass
+class ConsumerHeartbeatResult:
+    error: ErrorCode = ErrorCode.none
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: dict[Any, frozenset[int]] | None = None  # topic id -> partitions; None: unchanged
+
+
+@dataclass
+class ConsumerMemberView:
+    """A consumer-protocol member as ConsumerGroupDescribe and ``gregor groups describe`` show it.
+    Assignments map topic id -> sorted partitions."""
+
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    state: str  # Stable, UnrevokedPartitions, UnreleasedPartitions, Unknown, Left (a static member away)
+    state_since_ms: int
+    assigned: dict[Any, list[int]]
+    target: dict[Any, list[int]]
+    pending_revocation: dict[Any, list[int]]  # must still be revoked (the phase "Closing")
+    pending_assignment: dict[Any, list[int]]  # in its target, not yet given (held by another member)
+    unconfirmed: dict[Any, list[int]]  # given, not yet reported owned by its heartbeat (the phase "Starting")
+
+
+@dataclass
+class ConsumerGroupView:
+    group_id: str
+    state: str  # Empty, Assigning, Reconciling, Stable
+    state_since_ms: int
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list[ConsumerMemberView]
+    topic_names: dict[Any, str]  # topic id -> name, for the topics the group subscribes to
+
+
 # -- OffsetCommit, OffsetFetch, OffsetDelete --------------------------------------------------
 @dataclass
 class CommitPartition:
@@ -119,6 +183,7 @@ class CommitRequest:
     group_instance_id: str | None
     partitions: list[CommitPartition]
     retention_ms: int = -1  # OffsetCommit v2-v4; -1: the broker's offsets.retention.minutes
+    api_version: int = 9  # OffsetCommit's; consumer-protocol members must use v9+
 
 
 CommitResult = dict[TopicPartition, ErrorCode]
@@ -151,6 +216,7 @@ class ListedGroup:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer" (KIP-848), ListGroups v5
 
 
 @dataclass

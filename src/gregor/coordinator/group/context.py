@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gregor.coordinator.group.consumer_group import ConsumerGroup, TopicId
 from gregor.coordinator.group.model import ClassicGroup
 from gregor.coordinator.runtime.result import Deferred
 from gregor.coordinator.runtime.shard import Completion
@@ -23,6 +24,12 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     new_member_join_timeout_ms: int = 5 * 60 * 1000
+    # consumer-protocol groups (KIP-848), Kafka's group.consumer.* keys
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    consumer_migration_policy: str = "upgrade"  # disabled | upgrade | downgrade | bidirectional
 
 
 @dataclass
@@ -32,7 +39,13 @@ class ShardContext:
     clock: Callable[[], int]
     timer: Timer
     topic_exists: Callable[[str, int], bool] = lambda topic, partition: True
+    # topic name -> (topic id, partition count), None if there is no such topic
+    topic_metadata: Callable[[str], tuple[TopicId, int] | None] = lambda name: None
+    topic_name: Callable[[TopicId], str | None] = lambda topic_id: None
+    # a group's own settings (group configs: IncrementalAlterConfigs on the GROUP resource), by key
+    group_settings: Callable[[str], dict[str, Any]] = lambda group_id: {}
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
+    consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
     completions: list[Completion] = field(default_factory=list)
     membership_version: int = 0  # bumped whenever members or their assignments change
     on_membership_change: Callable[[], object] | None = None

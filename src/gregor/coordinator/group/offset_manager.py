@@ -30,6 +30,7 @@ from gregor.coordinator.group.api import (
     OffsetFetchResult,
     TopicPartition,
 )
+from gregor.coordinator.group.consumer_group import ConsumerGroup
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
@@ -48,8 +49,13 @@ class OffsetManager:
         def all_(code: ErrorCode) -> CoordinatorResult[CommitResult]:
             return CoordinatorResult([], {(p.topic, p.partition): code for p in req.partitions})
 
+        consumer = self.ctx.consumer_groups.get(req.group_id)
         group = self.ctx.groups.get(req.group_id)
-        if group is None:
+        if consumer is not None:
+            error = _validate_consumer_member(consumer, req)
+            if error is not None:
+                return all_(error)
+        elif group is None:
             if req.generation_id >= 0:
                 # a member of a group that no longer exists (or of an older coordinator)
                 return all_(ErrorCode.illegal_generation)
@@ -135,6 +141,9 @@ class OffsetManager:
             committed = self.offsets.get(group_id, {})
             if group is not None and not group.is_in(GroupState.EMPTY, GroupState.DEAD):
                 continue  # a group with members keeps its offsets
+            consumer = self.ctx.consumer_groups.get(group_id)
+            if consumer is not None and consumer.members:
+                continue
             expired = []
             for tp, v in committed.items():
                 if v.expire_timestamp >= 0:
@@ -167,9 +176,24 @@ class OffsetManager:
                     del self.offsets[key.group]
             return
         self.offsets.setdefault(key.group, {})[tp] = value
-        if key.group not in self.ctx.groups:
+        if key.group not in self.ctx.groups and key.group not in self.ctx.consumer_groups:
             # offsets of a group without membership: the group exists, Empty, as in Kafka
             self.ctx.groups[key.group] = ClassicGroup(key.group, state_timestamp_ms=-1)
+
+
+def _validate_consumer_member(group: ConsumerGroup, req: CommitRequest) -> ErrorCode | None:
+    """A commit to a consumer-protocol group (Kafka's ConsumerGroup.validateOffsetCommit): from
+    outside the group (epoch -1) only while it is empty; else from a member at its epoch."""
+    if req.generation_id < 0 and not group.members:
+        return None
+    member = group.members.get(req.member_id)
+    if member is None:
+        return ErrorCode.unknown_member_id
+    if req.api_version < 9:
+        return ErrorCode.unsupported_version
+    if req.generation_id != member.member_epoch:
+        return ErrorCode.stale_member_epoch
+    return None
 
 
 def subscribed_topics(group: ClassicGroup) -> set[str]:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +27,9 @@ from gregor.coordinator.group.api import (
     CommitRequest,
     CommitResult,
     CommittedOffset,
+    ConsumerGroupView,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResult,
     DeleteGroupsResult,
     GroupDescription,
     GroupSummary,
@@ -84,6 +88,11 @@ def group_config(config: Any) -> GroupConfig:
         offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
         offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
         offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+        consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
+        consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+        consumer_max_size=config["group.consumer.max.size"],
+        consumer_assignors=tuple(config["group.consumer.assignors"]),
+        consumer_migration_policy=config["group.consumer.migration.policy"],
     )
 
 
@@ -92,8 +101,10 @@ class GroupCoordinatorService:
     the way the admin API creates topics."""
 
     def __init__(self, config: Any, topics: TopicRegistry, logs: LogManager,
-                 create_topic: Callable[..., Any], cluster: ClusterMetadata | None = None) -> None:
+                 create_topic: Callable[..., Any], cluster: ClusterMetadata | None = None,
+                 group_settings: Callable[[str], dict[str, Any]] | None = None) -> None:
         self.broker_config = config
+        self.group_settings = group_settings if group_settings is not None else (lambda group_id: {})
         self.cluster = cluster if cluster is not None else ClusterMetadata(config["node.id"])
         self.reasons = ReasonLog(log)
         self.topics = topics
@@ -195,14 +206,17 @@ class GroupCoordinatorService:
     def _make_shard(self, partition: int, timer: Timer) -> GroupCoordinatorShard:
         from gregor.log.partition_log import now_ms
 
-        shard = GroupCoordinatorShard(partition, self.config, now_ms, timer, topic_exists=self._topic_exists)
+        shard = GroupCoordinatorShard(partition, self.config, now_ms, timer, topic_exists=self._topic_exists,
+                                      topic_metadata=self._topic_metadata)
+        shard.ctx.group_settings = self.group_settings
         shard.ctx.on_membership_change = self._bump_membership
         return shard
 
     def _make_followed_shard(self, partition: int) -> GroupCoordinatorShard:
         from gregor.log.partition_log import now_ms
 
-        return GroupCoordinatorShard(partition, self.config, now_ms, NoTimer(), topic_exists=self._topic_exists)
+        return GroupCoordinatorShard(partition, self.config, now_ms, NoTimer(), topic_exists=self._topic_exists,
+                                     topic_metadata=self._topic_metadata)
 
     def _bump_membership(self) -> None:
         self._membership_version += 1
@@ -210,6 +224,10 @@ class GroupCoordinatorService:
     def _topic_exists(self, topic: str, partition: int) -> bool:
         t = self.topics.get(topic)
         return t is not None and 0 <= partition < t.partitions
+
+    def _topic_metadata(self, topic: str) -> tuple[uuid.UUID, int] | None:
+        t = self.topics.get(topic)
+        return None if t is None else (t.topic_id, t.partitions)
 
     async def wait_loaded(self) -> None:
         for rt in list(self.runtimes.values()):
@@ -399,6 +417,17 @@ class GroupCoordinatorService:
     async def leave_group(self, req: LeaveRequest) -> LeaveResult:
         result: LeaveResult = await self._write(req.group_id, lambda shard: shard.leave_group(req), timeout=True)
         return result
+
+    async def consumer_group_heartbeat(self, req: ConsumerHeartbeatRequest) -> ConsumerHeartbeatResult:
+        """ConsumerGroupHeartbeat (KIP-848): answered once its records are committed."""
+        result: ConsumerHeartbeatResult = await self._write(
+            req.group_id, lambda shard: shard.consumer_group_heartbeat(req), timeout=True)
+        return result
+
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroupView | None:
+        """The consumer-protocol group as its coordinator holds it (None: no such group)."""
+        view: ConsumerGroupView | None = self._read(group_id, lambda shard: shard.consumer_group_view(group_id))
+        return view
 
     async def commit_offsets(self, req: CommitRequest) -> CommitResult:
         """OffsetCommit: one error per partition."""

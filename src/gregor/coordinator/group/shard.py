@@ -21,6 +21,9 @@ from typing import Any
 from gregor.coordinator.group.api import (
     CommitRequest,
     CommitResult,
+    ConsumerGroupView,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResult,
     DeleteGroupsResult,
     GroupDescription,
     HeartbeatRequest,
@@ -35,6 +38,8 @@ from gregor.coordinator.group.api import (
     SyncResult,
     TopicPartition,
 )
+from gregor.coordinator.group.consumer_group import ConsumerGroup
+from gregor.coordinator.group.consumer_group_manager import CONSUMER_GROUP_KEYS, ConsumerGroupManager
 from gregor.coordinator.group.context import GroupConfig, ShardContext
 from gregor.coordinator.group.group_manager import GroupManager
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
@@ -63,12 +68,15 @@ RECORD_SERDE = RecordSerde(encode_key, encode_value, decode_key, decode_value, R
 
 class GroupCoordinatorShard:
     def __init__(self, partition: int, config: GroupConfig, clock: Any, timer: Timer,
-                 topic_exists: Any = None) -> None:
+                 topic_exists: Any = None, topic_metadata: Any = None) -> None:
         self.ctx = ShardContext(partition, config, clock, timer)
         if topic_exists is not None:
             self.ctx.topic_exists = topic_exists
+        if topic_metadata is not None:
+            self.ctx.topic_metadata = topic_metadata
         self.groups_mgr = GroupManager(self.ctx)
         self.offsets_mgr = OffsetManager(self.ctx)
+        self.consumer_mgr = ConsumerGroupManager(self.ctx)
 
     @property
     def partition(self) -> int:
@@ -77,6 +85,10 @@ class GroupCoordinatorShard:
     @property
     def groups(self) -> dict[str, ClassicGroup]:
         return self.ctx.groups
+
+    @property
+    def consumer_groups(self) -> dict[str, ConsumerGroup]:
+        return self.ctx.consumer_groups
 
     # -- writes (each returns a CoordinatorResult) --------------------------------------------
     def join_group(self, req: JoinRequest) -> CoordinatorResult[JoinResult]:
@@ -91,6 +103,9 @@ class GroupCoordinatorShard:
     def leave_group(self, req: LeaveRequest) -> CoordinatorResult[LeaveResult]:
         return self.groups_mgr.leave_group(req)
 
+    def consumer_group_heartbeat(self, req: ConsumerHeartbeatRequest) -> CoordinatorResult[ConsumerHeartbeatResult]:
+        return self.consumer_mgr.heartbeat(req)
+
     def commit_offsets(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
         result = self.offsets_mgr.commit(req)
         if req.member_id and result.records:
@@ -104,6 +119,16 @@ class GroupCoordinatorShard:
         records: list[Record] = []
         errors: DeleteGroupsResult = {}
         for gid in group_ids:
+            consumer = self.consumer_groups.get(gid)
+            if consumer is not None:
+                if consumer.members:
+                    errors[gid] = ErrorCode.non_empty_group
+                else:
+                    records += self.offsets_mgr.tombstones_for_group(gid)
+                    records += self.consumer_mgr.delete_group(gid)
+                    errors[gid] = ErrorCode.none
+                    log.info("Consumer group %s deleted", gid)
+                continue
             group = self.groups.get(gid)
             if group is None or group.is_in(GroupState.DEAD):
                 errors[gid] = ErrorCode.group_id_not_found
@@ -134,6 +159,8 @@ class GroupCoordinatorShard:
         return self.offsets_mgr.fetch(group_id, partitions)
 
     def describe_group(self, group_id: str) -> GroupDescription:
+        if group_id in self.consumer_groups:  # Kafka: DescribeGroups is for classic groups
+            return GroupDescription(group_id, ErrorCode.group_id_not_found, GroupState.DEAD.value, "", "", [])
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, ErrorCode.none, GroupState.DEAD.value, "", "", [])
@@ -148,6 +175,10 @@ class GroupCoordinatorShard:
         return GroupDescription(group_id, ErrorCode.none, group.state.value, group.protocol_type or "",
                                 (group.protocol_name or "") if stable else "", members)
 
+    def consumer_group_view(self, group_id: str) -> ConsumerGroupView | None:
+        group = self.consumer_groups.get(group_id)
+        return None if group is None else self.consumer_mgr.view(group)
+
     def list_groups(self, states: set[str] | None) -> list[ListedGroup]:
         """Groups that are not Dead; ``states``: lower-case state names to keep (None: all)."""
         out = []
@@ -157,6 +188,10 @@ class GroupCoordinatorShard:
             if states and g.state.value.lower() not in states:
                 continue
             out.append(ListedGroup(g.group_id, g.protocol_type or "", g.state.value))
+        for c in self.consumer_groups.values():
+            if states and c.state.value.lower() not in states:
+                continue
+            out.append(ListedGroup(c.group_id, "consumer", c.state.value, "consumer"))
         return out
 
     # -- replay ------------------------------------------------------------------------------
@@ -165,6 +200,8 @@ class GroupCoordinatorShard:
             self.offsets_mgr.replay(key, value)
         elif isinstance(key, GroupMetadataKey):
             self._replay_group(key, value)
+        elif isinstance(key, CONSUMER_GROUP_KEYS):
+            self.consumer_mgr.replay(key, value)
 
     def _replay_group(self, key: GroupMetadataKey, value: GroupMetadataValue | None) -> None:
         if value is None:
@@ -191,9 +228,10 @@ class GroupCoordinatorShard:
     def on_loaded(self) -> None:
         # a group that has offsets but no group metadata exists, Empty (Kafka's loader does the same)
         for group_id in self.offsets_mgr.offsets:
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer_groups:
                 self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=-1)
         self.groups_mgr.on_loaded()
+        self.consumer_mgr.on_loaded()
         self._schedule_expiry()
         log.debug("__consumer_offsets-%d holds %d groups", self.partition, len(self.groups))
 

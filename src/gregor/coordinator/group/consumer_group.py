@@ -1,0 +1,235 @@
+"""Consumer-protocol groups (KIP-848): the group, its members and their assignments, in memory.
+
+This is the state that replaying the consumer-group records of ``__consumer_offsets`` builds
+(``ConsumerGroupManager.replay``); handlers read it and never change it directly, so a loaded
+partition and a live one hold the same groups. The rules are Kafka's (the group coordinator's
+``modern.consumer`` package):
+
+- The **group epoch** goes up whenever the group's membership or subscriptions (or the partition
+  counts of its topics) change; the **target assignment** is computed by a server-side assignor
+  for a group epoch (its *assignment epoch*).
+- Each **member** converges to its target one heartbeat at a time (``reconciliation``): its
+  **member epoch** reaches the assignment epoch once it has revoked what it must give up, and it
+  receives a partition only once the previous owner has released it. A partition is therefore
+  never owned by two members: ``owners`` maps every assigned or pending-revocation partition to
+  the one member holding it.
+- The group's state is derived: Empty (no members), Assigning (group epoch ahead of the target),
+  Reconciling (a member not yet at the target), Stable.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+TopicId = uuid.UUID
+Assignment = dict[TopicId, frozenset[int]]
+EMPTY: Assignment = {}
+
+JOIN_EPOCH = 0  # a member joining (or rejoining) the group sends epoch 0
+LEAVE_EPOCH = -1  # a member leaving
+STATIC_LEAVE_EPOCH = -2  # a static member leaving for now (it comes back with its instance id)
+
+
+class MemberState(enum.IntEnum):
+    """A member's reconciliation state; values as Kafka's ``MemberState`` (written in records)."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1  # must revoke partitions before going on
+    UNRELEASED_PARTITIONS = 2  # waits for partitions that other members have not released yet
+    UNKNOWN = 127
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True)
+class ConsumerMember:
+    """One member: its subscription (persisted in ConsumerGroupMemberMetadata) and its current
+    assignment (ConsumerGroupCurrentMemberAssignment)."""
+
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+
+    def is_reconciled_to(self, epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == epoch
+
+    def with_subscription(self, **changes: object) -> ConsumerMember:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def same_subscription(self, other: ConsumerMember) -> bool:
+        return (self.subscribed_topic_names == other.subscribed_topic_names
+                and self.subscribed_topic_regex == other.subscribed_topic_regex)
+
+    def same_metadata(self, other: ConsumerMember) -> bool:
+        """Everything ConsumerGroupMemberMetadata holds is the same."""
+        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
+                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor) == (
+                other.instance_id, other.rack_id, other.client_id, other.client_host, other.subscribed_topic_names,
+                other.subscribed_topic_regex, other.rebalance_timeout_ms, other.server_assignor)
+
+    def same_assignment(self, other: ConsumerMember) -> bool:
+        """Everything ConsumerGroupCurrentMemberAssignment holds is the same."""
+        return (self.member_epoch, self.previous_member_epoch, self.state, self.assigned,
+                self.pending_revocation) == (other.member_epoch, other.previous_member_epoch, other.state,
+                                             other.assigned, other.pending_revocation)
+
+
+@dataclass
+class ConsumerGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    target: dict[str, Assignment] = field(default_factory=dict)  # member id -> target assignment
+    # partition -> (member id, member epoch) of the member holding it (assigned or pending revocation)
+    owners: dict[tuple[TopicId, int], tuple[str, int]] = field(default_factory=dict)
+    # topic name -> partition count the target was computed for (ConsumerGroupPartitionMetadata)
+    subscription_metadata: dict[str, tuple[TopicId, int]] = field(default_factory=dict)
+    metadata_hash: int = 0
+    state_since_ms: int = -1
+    # not persisted: what each member last reported owning, since when each member is in its
+    # state, how many active members are stable at each epoch (so the state is O(1))
+    reported: dict[str, Assignment] = field(default_factory=dict)
+    member_since_ms: dict[str, int] = field(default_factory=dict)
+    stable_at: dict[int, int] = field(default_factory=dict)
+    active: int = 0  # members not away (a static member that left for now is away)
+    rebalances: int = 0
+    last_state: GroupState = GroupState.EMPTY
+
+    # -- derived state -------------------------------------------------------------------------
+    @property
+    def state(self) -> GroupState:
+        if not self.members:
+            return GroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return GroupState.ASSIGNING
+        if self.stable_at.get(self.assignment_epoch, 0) < self.active:
+            return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    def note_state(self, now_ms: int) -> None:
+        """Called after every change: remembers when the group's state last changed."""
+        state = self.state
+        if state is not self.last_state:
+            if state is GroupState.ASSIGNING or (state is GroupState.RECONCILING
+                                                 and self.last_state is GroupState.STABLE):
+                self.rebalances += 1
+            self.last_state = state
+            self.state_since_ms = now_ms
+
+    def subscribed_topic_names(self) -> set[str]:
+        names: set[str] = set()
+        for m in self.members.values():
+            names.update(m.subscribed_topic_names)
+        return names
+
+    def target_of(self, member_id: str) -> Assignment:
+        return self.target.get(member_id, EMPTY)
+
+    def static_member(self, instance_id: str | None) -> ConsumerMember | None:
+        member_id = self.static_members.get(instance_id) if instance_id is not None else None
+        return self.members.get(member_id) if member_id is not None else None
+
+    def partition_epoch(self, topic_id: TopicId, partition: int) -> int:
+        """The epoch of the member holding the partition, -1 if free (Kafka: currentPartitionEpoch)."""
+        owner = self.owners.get((topic_id, partition))
+        return -1 if owner is None else owner[1]
+
+    def owner_of(self, topic_id: TopicId, partition: int) -> str | None:
+        owner = self.owners.get((topic_id, partition))
+        return None if owner is None else owner[0]
+
+    # -- changes (called by replay only) -------------------------------------------------------
+    def put_member(self, member: ConsumerMember, now_ms: int = -1) -> None:
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._release(old)
+            self._count(old, -1)
+        if old is None or old.state is not member.state or old.member_epoch != member.member_epoch:
+            self.member_since_ms[member.member_id] = now_ms
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        self._hold(member)
+        self._count(member, 1)
+
+    def _count(self, member: ConsumerMember, delta: int) -> None:
+        if member.member_epoch == STATIC_LEAVE_EPOCH:
+            return
+        self.active += delta
+        if member.state is MemberState.STABLE:
+            self.stable_at[member.member_epoch] = self.stable_at.get(member.member_epoch, 0) + delta
+
+    def remove_member(self, member_id: str) -> ConsumerMember | None:
+        old = self.members.pop(member_id, None)
+        if old is None:
+            return None
+        self._release(old)
+        self._count(old, -1)
+        self.member_since_ms.pop(member_id, None)
+        if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
+            del self.static_members[old.instance_id]
+        self.reported.pop(member_id, None)
+        return old
+
+    def _hold(self, member: ConsumerMember) -> None:
+        for topic_id, partitions in _both(member):
+            for p in partitions:
+                held = self.owners.get((topic_id, p))
+                if held is not None and held[0] != member.member_id:
+                    raise RuntimeError(f"group {self.group_id}: partition {topic_id}-{p} is held by {held[0]}, "
+                                       f"not by {member.member_id}")
+                self.owners[(topic_id, p)] = (member.member_id, member.member_epoch)
+
+    def _release(self, member: ConsumerMember) -> None:
+        for topic_id, partitions in _both(member):
+            for p in partitions:
+                held = self.owners.get((topic_id, p))
+                if held is not None and held[0] == member.member_id:
+                    del self.owners[(topic_id, p)]
+
+
+def _both(member: ConsumerMember) -> Iterable[tuple[TopicId, frozenset[int]]]:
+    yield from member.assigned.items()
+    yield from member.pending_revocation.items()
+
+
+def assignment_of(pairs: Mapping[TopicId, Iterable[int]]) -> Assignment:
+    """An Assignment from topic id -> partitions, without empty topics."""
+    return {t: frozenset(ps) for t, ps in pairs.items() if ps}
+
+
+def size_of(a: Assignment) -> int:
+    return sum(len(ps) for ps in a.values())
+
+
+def contains(a: Assignment, topic_id: TopicId, partition: int) -> bool:
+    ps = a.get(topic_id)
+    return ps is not None and partition in ps
+
+
+def is_subset(owned: Assignment | None, of: Assignment) -> bool:
+    if owned is None:
+        return False
+    return all(ps <= of.get(t, frozenset()) for t, ps in owned.items())

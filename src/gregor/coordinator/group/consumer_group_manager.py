@@ -1,0 +1,590 @@
+"""Consumer-protocol groups (KIP-848): ConsumerGroupHeartbeat, leaving, the session and rebalance
+timeouts, and the replay of the groups' records.
+
+Each operation reads the groups as replayed and returns a CoordinatorResult: the records that
+say what changes, and the response. The runtime appends the records and replays them
+(``replay``), which is the only way a consumer group changes, so loading a partition rebuilds
+exactly the groups a live coordinator had, member epochs included. A heartbeat writes, in
+Kafka's order: the member's metadata when it changed, the subscription metadata and the group
+epoch when the subscriptions (or their topics' partition counts) changed, the new target
+assignment when the group epoch is ahead of it, and the member's current assignment when its
+reconciliation moved (``reconciliation.reconcile``).
+
+The rules and error codes are Kafka's (GroupMetadataManager's consumer part); the comments name
+the cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from gregor.coordinator.group import assignors
+from gregor.coordinator.group.api import (
+    ConsumerGroupView,
+    ConsumerHeartbeatRequest,
+    ConsumerHeartbeatResult,
+    ConsumerMemberView,
+)
+from gregor.coordinator.group.consumer_group import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    Assignment,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    TopicId,
+    is_subset,
+)
+from gregor.coordinator.group.context import ShardContext
+from gregor.coordinator.group.reconciliation import reconcile
+from gregor.coordinator.runtime.result import CoordinatorResult, Record
+from gregor.protocol.consumer_offsets import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    TopicMetadata,
+)
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("gregor.coordinator")
+
+Result = CoordinatorResult[ConsumerHeartbeatResult]
+CONSUMER_GROUP_KEYS = (ConsumerGroupMetadataKey, ConsumerGroupPartitionMetadataKey, ConsumerGroupMemberMetadataKey,
+                       ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
+                       ConsumerGroupCurrentMemberAssignmentKey)
+
+
+# refusals worth a line in the log (the others are a member's ordinary way back into its group)
+_LOGGED = {ErrorCode.invalid_request, ErrorCode.unsupported_assignor, ErrorCode.group_max_size_reached,
+           ErrorCode.unreleased_instance_id, ErrorCode.fenced_instance_id, ErrorCode.group_id_not_found}
+
+
+def session_key(group_id: str, member_id: str) -> str:
+    return f"consumer-session-{group_id}-{member_id}"
+
+
+def rebalance_key(group_id: str, member_id: str) -> str:
+    return f"consumer-rebalance-{group_id}-{member_id}"
+
+
+def _invalid(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.invalid_request, message)
+
+
+def _sorted(a: Assignment) -> dict[TopicId, tuple[int, ...]]:
+    return {t: tuple(sorted(ps)) for t, ps in a.items()}
+
+
+# -- records ------------------------------------------------------------------------------------
+def member_record(group_id: str, m: ConsumerMember) -> Record:
+    return (ConsumerGroupMemberMetadataKey(group_id, m.member_id),
+            ConsumerGroupMemberMetadataValue(
+                instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
+                subscribed_topic_names=list(m.subscribed_topic_names),
+                subscribed_topic_regex=m.subscribed_topic_regex, rebalance_timeout_ms=m.rebalance_timeout_ms,
+                server_assignor=m.server_assignor, classic_member_metadata=None))
+
+
+def current_assignment_record(group_id: str, m: ConsumerMember) -> Record:
+    return (ConsumerGroupCurrentMemberAssignmentKey(group_id, m.member_id),
+            ConsumerGroupCurrentMemberAssignmentValue(
+                member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=int(m.state),
+                assigned_partitions=_sorted(m.assigned), partitions_pending_revocation=_sorted(m.pending_revocation)))
+
+
+def target_record(group_id: str, member_id: str, a: Assignment) -> Record:
+    return (ConsumerGroupTargetAssignmentMemberKey(group_id, member_id),
+            ConsumerGroupTargetAssignmentMemberValue(topic_partitions=_sorted(a)))
+
+
+def epoch_record(group_id: str, epoch: int, metadata_hash: int = 0) -> Record:
+    return (ConsumerGroupMetadataKey(group_id), ConsumerGroupMetadataValue(epoch=epoch, metadata_hash=metadata_hash))
+
+
+def subscription_metadata_record(group_id: str, metadata: dict[str, tuple[TopicId, int]]) -> Record:
+    topics = [TopicMetadata(topic_id=tid, topic_name=name, num_partitions=n)
+              for name, (tid, n) in sorted(metadata.items())]
+    return (ConsumerGroupPartitionMetadataKey(group_id), ConsumerGroupPartitionMetadataValue(topics=topics))
+
+
+def removal_records(group_id: str, member_id: str) -> list[Record]:
+    """Kafka's order: current assignment, target, then the member."""
+    return [(ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id), None),
+            (ConsumerGroupTargetAssignmentMemberKey(group_id, member_id), None),
+            (ConsumerGroupMemberMetadataKey(group_id, member_id), None)]
+
+
+def group_tombstones(group_id: str) -> list[Record]:
+    return [(ConsumerGroupTargetAssignmentMetadataKey(group_id), None),
+            (ConsumerGroupPartitionMetadataKey(group_id), None), (ConsumerGroupMetadataKey(group_id), None)]
+
+
+class ConsumerGroupManager:
+    def __init__(self, ctx: ShardContext) -> None:
+        self.ctx = ctx
+        # what an operator pinned, isolated or froze, per group (set by the shard from group configs)
+        self.steering: Callable[[str], Any] = lambda group_id: None
+
+    @property
+    def groups(self) -> dict[str, ConsumerGroup]:
+        return self.ctx.consumer_groups
+
+    def _now(self) -> int:
+        return self.ctx.clock()
+
+    # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
+    def heartbeat(self, req: ConsumerHeartbeatRequest) -> Result:
+        try:
+            self._validate(req)
+            if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                return self._leave(req)
+            return self._heartbeat(req)
+        except KafkaError as e:
+            log.log(logging.INFO if e.code in _LOGGED else logging.DEBUG,
+                    "[GroupId %s] ConsumerGroupHeartbeat of member %s (epoch %d, client %s %s): %s: %s", req.group_id,
+                    req.member_id, req.member_epoch, req.client_id, req.client_host, e.code.name.upper(), e.message)
+            return CoordinatorResult([], ConsumerHeartbeatResult(e.code, e.message or None, req.member_id or None,
+                                                                 req.member_epoch))
+
+    def _validate(self, req: ConsumerHeartbeatRequest) -> None:
+        if not req.group_id:
+            raise _invalid("GroupId can't be empty.")
+        if req.instance_id == "":
+            raise _invalid("InstanceId can't be empty.")
+        if req.rack_id == "":
+            raise _invalid("RackId can't be empty.")
+        epoch = req.member_epoch
+        if epoch > 0 or epoch == LEAVE_EPOCH:
+            if not req.member_id:
+                raise _invalid("MemberId can't be empty.")
+        elif epoch == JOIN_EPOCH:
+            if req.rebalance_timeout_ms == -1:
+                raise _invalid("RebalanceTimeoutMs must be provided in first request.")
+            if req.owned is None or req.owned:
+                raise _invalid("TopicPartitions must be empty when (re-)joining.")
+            if not req.subscribed_topic_names and not req.subscribed_topic_regex:
+                raise _invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        elif epoch == STATIC_LEAVE_EPOCH:
+            if not req.member_id:
+                raise _invalid("MemberId can't be empty.")
+            if req.instance_id is None:
+                raise _invalid("InstanceId can't be null.")
+        else:
+            raise _invalid("MemberEpoch is invalid.")
+        if req.subscribed_topic_regex:  # "" clears a regex (librdkafka sends it with topic names)
+            raise KafkaError(ErrorCode.invalid_request, "SubscribedTopicRegex is not supported yet.")
+        if req.server_assignor is not None and req.server_assignor not in self.ctx.config.consumer_assignors:
+            raise KafkaError(ErrorCode.unsupported_assignor,
+                             f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+                             f"{', '.join(self.ctx.config.consumer_assignors)}.")
+
+    def _group(self, group_id: str, create: bool) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if group is not None:
+            return group
+        classic = self.ctx.groups.get(group_id)
+        if classic is not None and (classic.members or not create):
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
+        if classic is not None and self.ctx.config.consumer_migration_policy not in ("upgrade", "bidirectional"):
+            raise KafkaError(ErrorCode.group_id_not_found,
+                             f"Group {group_id} is a classic group and group.consumer.migration.policy is "
+                             f"{self.ctx.config.consumer_migration_policy}.")
+        if not create:
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        return ConsumerGroup(group_id, state_since_ms=self._now())  # comes into being when replayed
+
+    def _member(self, group: ConsumerGroup, req: ConsumerHeartbeatRequest, member_id: str,
+                records: list[Record]) -> ConsumerMember:
+        joining = req.member_epoch == JOIN_EPOCH
+        if req.instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                if not joining:
+                    raise KafkaError(ErrorCode.unknown_member_id,
+                                     f"Member {member_id} is not a member of group {group.group_id}.")
+                log.info("[GroupId %s] Member %s joins the consumer group", group.group_id, member_id)
+                return ConsumerMember(member_id)
+            if not joining:
+                _check_epoch(member, req)
+            return member
+        existing = group.static_member(req.instance_id)
+        if joining:
+            if existing is None:
+                log.info("[GroupId %s] Static member %s with instance id %s joins the consumer group",
+                         group.group_id, member_id, req.instance_id)
+                return ConsumerMember(member_id)
+            if existing.member_id == member_id:
+                return existing.with_subscription(member_epoch=0, previous_member_epoch=0)
+            if existing.member_epoch != STATIC_LEAVE_EPOCH:
+                raise KafkaError(ErrorCode.unreleased_instance_id,
+                                 f"Static member {member_id} with instance id {req.instance_id} cannot join the "
+                                 f"group because the instance id is owned by member {existing.member_id}.")
+            # the static member comes back under a new member id: it takes the old one's place and target
+            new = existing.with_subscription(member_id=member_id, member_epoch=0, previous_member_epoch=0)
+            records += removal_records(group.group_id, existing.member_id)
+            records.append(member_record(group.group_id, new))
+            records.append(target_record(group.group_id, member_id, group.target_of(existing.member_id)))
+            records.append(current_assignment_record(group.group_id, new))
+            self._cancel_timers(group.group_id, existing.member_id)
+            log.info("[GroupId %s] Static member with instance id %s rejoins as %s, replacing %s",
+                     group.group_id, req.instance_id, member_id, existing.member_id)
+            return new
+        if existing is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
+        if existing.member_id != member_id:
+            raise KafkaError(ErrorCode.fenced_instance_id,
+                             f"Static member {member_id} with instance id {req.instance_id} was fenced by member "
+                             f"{existing.member_id}.")
+        _check_epoch(existing, req)
+        return existing
+
+    def _heartbeat(self, req: ConsumerHeartbeatRequest) -> Result:
+        cfg = self.ctx.config
+        records: list[Record] = []
+        joining = req.member_epoch == JOIN_EPOCH
+        group = self._group(req.group_id, joining)
+        member_id = req.member_id or str(uuid.uuid4())
+        if len(group.members) >= cfg.consumer_max_size and member_id not in group.members:
+            raise KafkaError(ErrorCode.group_max_size_reached,
+                             f"The consumer group has reached its maximum capacity of {cfg.consumer_max_size} "
+                             f"members.")
+        if joining and req.group_id in self.ctx.groups and req.group_id not in self.groups:
+            records += self._convert_empty_classic(req.group_id)
+        member = self._member(group, req, member_id, records)
+        rejoined = joining and member_id in group.members  # it abandoned what it had: starts again from 0
+        if rejoined:
+            member = member.with_subscription(member_epoch=0, previous_member_epoch=0, state=MemberState.STABLE,
+                                              assigned={}, pending_revocation={})
+        updated = member.with_subscription(
+            instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+            rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=(req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+                                  else member.rebalance_timeout_ms),
+            server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
+            subscribed_topic_names=(tuple(sorted(set(req.subscribed_topic_names)))
+                                    if req.subscribed_topic_names is not None else member.subscribed_topic_names),
+            subscribed_topic_regex=(req.subscribed_topic_regex or None if req.subscribed_topic_regex is not None
+                                    else member.subscribed_topic_regex),
+            client_id=req.client_id, client_host=req.client_host)
+        bump = not updated.same_subscription(member)
+        if not updated.same_metadata(member):
+            records.append(member_record(group.group_id, updated))
+        # the group's members as they will be, and the subscribed topics' ids and partition counts
+        members = {mid: m for mid, m in group.members.items() if m.instance_id is None
+                   or m.instance_id != updated.instance_id}
+        members[member_id] = updated
+        metadata = self._subscription_metadata(members)
+        if metadata != group.subscription_metadata:
+            records.append(subscription_metadata_record(group.group_id, metadata))
+            bump = True
+        group_epoch = group.group_epoch
+        if bump:
+            group_epoch += 1
+            records.append(epoch_record(group.group_id, group_epoch))
+            log.info("[GroupId %s] Bumped group epoch to %d", group.group_id, group_epoch)
+        if group_epoch > group.assignment_epoch:
+            target_epoch = group_epoch
+            target = self._target_assignment(group, group_epoch, members, metadata, records).get(member_id, {})
+        else:
+            target_epoch = group.assignment_epoch
+            replaced = group.static_member(updated.instance_id)
+            if member_id not in group.target and replaced is not None:
+                target = group.target_of(replaced.member_id)  # a static member back under a new id
+            else:
+                target = group.target_of(member_id)
+
+        def partition_epoch(topic_id: TopicId, partition: int) -> int:
+            if rejoined and group.owner_of(topic_id, partition) == member_id:
+                return -1  # what it held before it rejoined is free for it
+            return group.partition_epoch(topic_id, partition)
+
+        reconciled = reconcile(updated, target_epoch, target, partition_epoch, req.owned)
+        if not reconciled.same_assignment(member) or rejoined:
+            records.append(current_assignment_record(group.group_id, reconciled))
+            if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_rebalance_timeout(group.group_id, member_id, reconciled.member_epoch,
+                                                 reconciled.rebalance_timeout_ms)
+            else:
+                self.ctx.timer.cancel(rebalance_key(group.group_id, member_id))
+        self._schedule_session_timeout(group.group_id, member_id)
+        full = joining or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
+                           and req.owned is not None)
+        changed = reconciled.assigned != member.assigned
+        response = ConsumerHeartbeatResult(ErrorCode.none, None, member_id, reconciled.member_epoch,
+                                           self.heartbeat_interval_ms(group.group_id),
+                                           dict(reconciled.assigned) if full or changed else None)
+        if req.owned is not None:
+            group.reported[member_id] = dict(req.owned)
+        return CoordinatorResult(records, response)
+
+    def _subscription_metadata(self, members: dict[str, ConsumerMember]) -> dict[str, tuple[TopicId, int]]:
+        out: dict[str, tuple[TopicId, int]] = {}
+        for m in members.values():
+            for name in m.subscribed_topic_names:
+                if name not in out:
+                    meta = self.ctx.topic_metadata(name)
+                    if meta is not None:
+                        out[name] = meta
+        return out
+
+    def _target_assignment(self, group: ConsumerGroup, epoch: int, members: dict[str, ConsumerMember],
+                           metadata: dict[str, tuple[TopicId, int]], records: list[Record]) -> dict[str, Assignment]:
+        """The target assignment for ``epoch``; records for each member whose target changed, then
+        the assignment epoch (Kafka's TargetAssignmentBuilder)."""
+        name = self._assignor_name(members)
+        specs = {}
+        for mid, m in members.items():
+            subscribed = frozenset(metadata[t][0] for t in m.subscribed_topic_names if t in metadata)
+            specs[mid] = assignors.MemberSpec(mid, m.instance_id, m.rack_id, subscribed, group.target_of(mid))
+        partitions = {tid: n for tid, n in metadata.values()}
+        started = time.perf_counter()
+        result = assignors.assignor(name).assign(assignors.GroupSpec(specs, partitions))
+        took_ms = (time.perf_counter() - started) * 1000
+        for mid in members:
+            new = {t: ps for t, ps in result.get(mid, {}).items() if ps}
+            if new != group.target_of(mid) or mid not in group.target:
+                records.append(target_record(group.group_id, mid, new))
+        records.append((ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
+                        ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch)))
+        log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor in %.1f ms",
+                 group.group_id, epoch, name, took_ms)
+        return {mid: {t: ps for t, ps in a.items() if ps} for mid, a in result.items()}
+
+    def _assignor_name(self, members: dict[str, ConsumerMember]) -> str:
+        """The assignor most members ask for (ties: the broker's order), else the broker's first."""
+        known = self.ctx.config.consumer_assignors
+        votes: dict[str, int] = {}
+        for m in members.values():
+            if m.server_assignor in known:
+                votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
+        if not votes:
+            return known[0]
+        return max(known, key=lambda n: (votes.get(n, 0), -known.index(n)))
+
+    def _convert_empty_classic(self, group_id: str) -> list[Record]:
+        """An empty classic group becomes a consumer group (group.consumer.migration.policy);
+        its committed offsets stay."""
+        from gregor.protocol.consumer_offsets import GroupMetadataKey
+
+        log.info("[GroupId %s] Converting the empty classic group to a consumer group", group_id)
+        return [(GroupMetadataKey(group_id), None)]
+
+    # -- leaving and fencing --------------------------------------------------------------------
+    def _leave(self, req: ConsumerHeartbeatRequest) -> Result:
+        group = self._group(req.group_id, False)
+        response = ConsumerHeartbeatResult(ErrorCode.none, None, req.member_id, req.member_epoch)
+        if req.instance_id is None:
+            member = group.members.get(req.member_id)
+            if member is None:
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member {req.member_id} is not a member of group {group.group_id}.")
+            log.info("[GroupId %s] Member %s left the consumer group", group.group_id, req.member_id)
+            return CoordinatorResult(self._fence_records(group, member), response)
+        member = group.static_member(req.instance_id)
+        if member is None:
+            raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
+        if member.member_id != req.member_id:
+            raise KafkaError(ErrorCode.fenced_instance_id,
+                             f"Static member {req.member_id} with instance id {req.instance_id} was fenced by member "
+                             f"{member.member_id}.")
+        if req.member_epoch == STATIC_LEAVE_EPOCH:
+            # a static member leaves for now: it keeps its place (and target) until its session ends
+            log.info("[GroupId %s] Static member %s with instance id %s temporarily left the consumer group",
+                     group.group_id, member.member_id, req.instance_id)
+            leaving = member.with_subscription(member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
+            return CoordinatorResult([current_assignment_record(group.group_id, leaving)], response)
+        log.info("[GroupId %s] Static member %s with instance id %s left the consumer group", group.group_id,
+                 member.member_id, req.instance_id)
+        return CoordinatorResult(self._fence_records(group, member), response)
+
+    def _fence_records(self, group: ConsumerGroup, member: ConsumerMember) -> list[Record]:
+        records = removal_records(group.group_id, member.member_id)
+        rest = {mid: m for mid, m in group.members.items() if mid != member.member_id}
+        metadata = self._subscription_metadata(rest)
+        if metadata != group.subscription_metadata:
+            records.append(subscription_metadata_record(group.group_id, metadata))
+        records.append(epoch_record(group.group_id, group.group_epoch + 1))
+        self._cancel_timers(group.group_id, member.member_id)
+        return records
+
+    def fence(self, group_id: str, member_id: str, reason: str) -> CoordinatorResult[None]:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return CoordinatorResult()
+        log.info("[GroupId %s] Member %s fenced from the group: %s", group_id, member_id, reason)
+        return CoordinatorResult(self._fence_records(group, member))
+
+    def _cancel_timers(self, group_id: str, member_id: str) -> None:
+        self.ctx.timer.cancel(session_key(group_id, member_id))
+        self.ctx.timer.cancel(rebalance_key(group_id, member_id))
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        value = self.ctx.group_settings(group_id).get("consumer.session.timeout.ms")
+        return int(value) if value is not None else self.ctx.config.consumer_session_timeout_ms
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        value = self.ctx.group_settings(group_id).get("consumer.heartbeat.interval.ms")
+        return int(value) if value is not None else self.ctx.config.consumer_heartbeat_interval_ms
+
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        timeout = self.session_timeout_ms(group_id)
+        self.ctx.timer.schedule(session_key(group_id, member_id), timeout,
+                                lambda: self.fence(group_id, member_id, f"no heartbeat in {timeout} ms"))
+
+    def _schedule_rebalance_timeout(self, group_id: str, member_id: str, epoch: int, timeout_ms: int) -> None:
+        def expire() -> CoordinatorResult[None]:
+            group = self.groups.get(group_id)
+            member = group.members.get(member_id) if group is not None else None
+            if member is None or member.member_epoch != epoch or member.state is not MemberState.UNREVOKED_PARTITIONS:
+                return CoordinatorResult()
+            return self.fence(group_id, member_id, f"did not revoke its partitions within {timeout_ms} ms")
+
+        self.ctx.timer.schedule(rebalance_key(group_id, member_id), max(timeout_ms, 0), expire)
+
+    # -- replay ---------------------------------------------------------------------------------
+    def _replayed_group(self, group_id: str) -> ConsumerGroup:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = ConsumerGroup(group_id, state_since_ms=self._now())
+            self.ctx.groups.pop(group_id, None)  # a converted (empty) classic group
+        return group
+
+    def replay(self, key: Any, value: Any) -> None:
+        gid = key.group
+        if isinstance(key, ConsumerGroupMetadataKey):
+            if value is None:
+                group = self.groups.pop(gid, None)
+                if group is not None and group.members:
+                    log.warning("[GroupId %s] group tombstone replayed while it has members", gid)
+            else:
+                group = self._replayed_group(gid)
+                group.group_epoch = value.epoch
+                group.metadata_hash = getattr(value, "metadata_hash", 0)
+        elif isinstance(key, ConsumerGroupPartitionMetadataKey):
+            if value is not None:
+                self._replayed_group(gid).subscription_metadata = {
+                    t.topic_name: (t.topic_id, t.num_partitions) for t in value.topics}
+            elif gid in self.groups:
+                self.groups[gid].subscription_metadata = {}
+        elif isinstance(key, ConsumerGroupMemberMetadataKey):
+            if value is None:
+                group = self.groups.get(gid)
+                if group is not None:
+                    group.remove_member(key.member_id)
+            else:
+                group = self._replayed_group(gid)
+                old = group.members.get(key.member_id) or ConsumerMember(key.member_id)
+                group.put_member(now_ms=self._now(), member=old.with_subscription(
+                    instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
+                    client_host=value.client_host, subscribed_topic_names=tuple(value.subscribed_topic_names),
+                    subscribed_topic_regex=value.subscribed_topic_regex,
+                    rebalance_timeout_ms=value.rebalance_timeout_ms, server_assignor=value.server_assignor))
+        elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
+            if value is None:
+                if gid in self.groups:
+                    self.groups[gid].target.pop(key.member_id, None)
+            else:
+                self._replayed_group(gid).target[key.member_id] = {
+                    t: frozenset(ps) for t, ps in value.topic_partitions.items() if ps}
+        elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
+            if value is not None:
+                self._replayed_group(gid).assignment_epoch = value.assignment_epoch
+        elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
+            self._replay_current_assignment(gid, key.member_id, value)
+        group = self.groups.get(gid)
+        if group is not None:
+            group.note_state(self._now())
+        self.ctx.membership_changed()
+
+    def _replay_current_assignment(self, gid: str, member_id: str,
+                                   value: ConsumerGroupCurrentMemberAssignmentValue | None) -> None:
+        group = self.groups.get(gid) if value is None else self._replayed_group(gid)
+        if group is None:
+            return
+        old = group.members.get(member_id)
+        if value is None:
+            if old is not None:  # the member no longer holds anything (its removal follows)
+                group.put_member(old.with_subscription(member_epoch=LEAVE_EPOCH, previous_member_epoch=LEAVE_EPOCH,
+                                                       assigned={}, pending_revocation={}), self._now())
+            return
+        group.put_member(now_ms=self._now(), member=(old or ConsumerMember(member_id)).with_subscription(
+            member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
+            state=_member_state(value.state),
+            assigned={t: frozenset(ps) for t, ps in value.assigned_partitions.items() if ps},
+            pending_revocation={t: frozenset(ps) for t, ps in value.partitions_pending_revocation.items() if ps}))
+
+    def on_loaded(self) -> None:
+        """Every member of a loaded group gets a fresh session (and rebalance) timeout, as Kafka does."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_session_timeout(group.group_id, member.member_id)
+                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                    self._schedule_rebalance_timeout(group.group_id, member.member_id, member.member_epoch,
+                                                     member.rebalance_timeout_ms)
+
+    # -- views --------------------------------------------------------------------------------
+    def view(self, group: ConsumerGroup) -> ConsumerGroupView:
+        """The group as ConsumerGroupDescribe and the CLI show it, with each member's phase."""
+        members = []
+        for m in group.members.values():
+            target = group.target_of(m.member_id)
+            pending = {t: sorted(ps - m.assigned.get(t, frozenset())) for t, ps in target.items()}
+            reported = group.reported.get(m.member_id)
+            unconfirmed = {} if reported is None else {
+                t: sorted(ps - reported.get(t, frozenset())) for t, ps in m.assigned.items()}
+            state = "Left" if m.member_epoch == STATIC_LEAVE_EPOCH else _STATE_NAMES[m.state]
+            members.append(ConsumerMemberView(
+                m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+                list(m.subscribed_topic_names), m.subscribed_topic_regex, state,
+                group.member_since_ms.get(m.member_id, -1), {t: sorted(ps) for t, ps in m.assigned.items()},
+                {t: sorted(ps) for t, ps in target.items()},
+                {t: sorted(ps) for t, ps in m.pending_revocation.items()},
+                {t: ps for t, ps in pending.items() if ps}, {t: ps for t, ps in unconfirmed.items() if ps}))
+        names = {tid: name for name, (tid, _n) in group.subscription_metadata.items()}
+        return ConsumerGroupView(group.group_id, group.state.value, group.state_since_ms, group.group_epoch,
+                                 group.assignment_epoch, self._assignor_name(group.members), members, names)
+
+    def delete_group(self, group_id: str) -> list[Record]:
+        return group_tombstones(group_id)
+
+
+_STATE_NAMES = {MemberState.STABLE: "Stable", MemberState.UNREVOKED_PARTITIONS: "UnrevokedPartitions",
+                MemberState.UNRELEASED_PARTITIONS: "UnreleasedPartitions", MemberState.UNKNOWN: "Unknown"}
+
+
+def _member_state(value: int) -> MemberState:
+    try:
+        return MemberState(value)
+    except ValueError:
+        return MemberState.UNKNOWN
+
+
+def _check_epoch(member: ConsumerMember, req: ConsumerHeartbeatRequest) -> None:
+    """A member's epoch must be the one the coordinator knows; the previous one is accepted when
+    the member owns a subset of its assignment (the response that bumped it may have been lost)."""
+    if req.member_epoch > member.member_epoch:
+        raise KafkaError(ErrorCode.fenced_member_epoch,
+                         f"The consumer group member has a greater member epoch ({req.member_epoch}) than the one "
+                         f"known by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                         f"partitions and rejoin.")
+    if req.member_epoch < member.member_epoch and (req.member_epoch != member.previous_member_epoch
+                                                   or not is_subset(req.owned, member.assigned)):
+        raise KafkaError(ErrorCode.fenced_member_epoch,
+                         f"The consumer group member has a smaller member epoch ({req.member_epoch}) than the one "
+                         f"known by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                         f"partitions and rejoin.")

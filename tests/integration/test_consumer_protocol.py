@@ -1,0 +1,190 @@
+"""The consumer group protocol (KIP-848) with unmodified librdkafka consumers
+(confluent-kafka, ``group.protocol=consumer``): the broker assigns, members revoke before others
+start, a SIGKILLed member's partitions move once its session ends, commits are checked against
+member epochs, and a classic group emptied and taken over keeps its offsets."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.broker_process import BrokerProcess
+from tests.support.consumer_process import records
+from tests.support.group_load import GroupConsumer, committed, gaps, overlapping_ownerships, read_by_group
+from tests.support.waiting import wait_for
+
+PARTITIONS = 12
+TOPIC = "kip848"
+OVERRIDES = {
+    "group.coordinator.rebalance.protocols": "classic,consumer",
+    "group.consumer.min.heartbeat.interval.ms": "250", "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.session.timeout.ms": "3000", "group.consumer.session.timeout.ms": "6000",
+    "group.initial.rebalance.delay.ms": "0",
+}
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = BrokerProcess(tmp_path / "data", OVERRIDES).start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(10)
+    yield b
+    b.kill()
+
+
+class SteadyProducer:
+    """Writes a message to every partition in turn, about 200 a second, until stopped."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.stop_ = threading.Event()
+        self.sent = 0
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop_.is_set():
+            for part in range(PARTITIONS):
+                self.p.produce(TOPIC, str(self.sent).encode(), partition=part)
+                self.sent += 1
+            self.p.poll(0)
+            time.sleep(0.06)
+
+    def start(self) -> SteadyProducer:
+        self.t.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_.set()
+        self.t.join()
+        assert self.p.flush(10) == 0
+
+
+def log_ends(bootstrap: str) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends-probe"})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(PARTITIONS)}
+    finally:
+        c.close()
+
+
+def owned_by(members: list[GroupConsumer]) -> list[set[int]]:
+    return [m.owned() for m in members]
+
+
+def spread(members: list[GroupConsumer], n: int) -> bool:
+    """Every partition owned, each member holding its even share (PARTITIONS / n)."""
+    sets = owned_by(members)
+    return sum(map(len, sets)) == PARTITIONS and set().union(*sets) == set(range(PARTITIONS)) \
+        and all(len(s) == PARTITIONS // n for s in sets)
+
+
+def test_members_share_partitions_through_joins_leaves_and_a_kill(broker, tmp_path):
+    producer = SteadyProducer(broker.bootstrap).start()
+    members = [GroupConsumer(f"m{i}", broker.bootstrap, "g848", TOPIC, protocol="consumer").start()
+               for i in range(3)]
+    wait_for(lambda: spread(members, 3), 30, "three members holding 4 partitions each")
+    # a fourth member, in a process of its own (to be SIGKILLed later)
+    out = tmp_path / "m3.txt"
+    child = subprocess.Popen([sys.executable, "-m", "tests.support.consumer_process", broker.bootstrap, "g848",
+                              TOPIC, str(out), "consumer"], cwd=Path(__file__).parents[2])
+    try:
+        def four_way() -> bool:
+            text = out.read_text() if out.exists() else ""
+            child_owned = set()
+            for raw in text.splitlines():
+                kind, *rest = raw.split(" ")
+                if kind == "assign":
+                    child_owned.update(int(p) for p in rest[1].split(",") if p)
+                elif kind in ("revoke", "lost"):
+                    child_owned.difference_update(int(p) for p in rest[1].split(",") if p)
+            held = [child_owned, *owned_by(members)]
+            return all(len(s) == 3 for s in held) and set().union(*held) == set(range(PARTITIONS))
+
+        wait_for(four_way, 30, "four members holding 3 partitions each")
+        members[2].stop()  # leaves (close)
+        wait_for(lambda: sum(map(len, owned_by(members[:2]))) >= 8, 30, "the leaver's partitions taken over")
+        child.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        child.wait(10)
+        wait_for(lambda: spread(members[:2], 2), 30, "the killed member's partitions taken over after its session")
+        took_over = time.monotonic() - killed_at
+        assert took_over >= 3.0, f"partitions moved {took_over:.1f} s after the kill, before the session ended"
+        time.sleep(2)  # some more consumption and commits
+    finally:
+        if child.poll() is None:
+            child.kill()
+    producer.stop()
+    ends = log_ends(broker.bootstrap)
+    wait_for(lambda: gaps(read_by_group(members + [records(out, "m3", killed_at)]), ends) == {}, 30,
+             "every message read")
+    for m in members[:2]:
+        m.stop()
+    everyone = members + [records(out, "m3", killed_at)]
+    assert overlapping_ownerships(everyone) == []
+    assert gaps(read_by_group(everyone), ends) == {}
+    assert all(c.error is None for m in everyone for c in m.commits), [c for m in everyone for c in m.commits
+                                                                       if c.error]
+    final = committed(broker.bootstrap, "g848", TOPIC, PARTITIONS)
+    assert final == ends, (final, ends)
+
+
+def test_empty_classic_group_taken_over_keeps_its_offsets(broker):
+    classic = GroupConsumer("old", broker.bootstrap, "g-migrate", TOPIC).start()
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(PARTITIONS * 5):
+        p.produce(TOPIC, str(i).encode(), partition=i % PARTITIONS)
+    assert p.flush(10) == 0
+    wait_for(lambda: sum(len(s) for s in classic.read().values()) == PARTITIONS * 5, 30, "the classic member reads")
+    wait_for(lambda: committed(broker.bootstrap, "g-migrate", TOPIC, PARTITIONS) == dict.fromkeys(
+        range(PARTITIONS), 5), 30, "its commits")
+    classic.stop()
+    new = GroupConsumer("new", broker.bootstrap, "g-migrate", TOPIC, protocol="consumer").start()
+    wait_for(lambda: len(new.owned()) == PARTITIONS, 30, "the consumer-protocol member holds every partition")
+    time.sleep(1)
+    assert new.read() == {}  # it starts from the classic group's offsets: nothing again
+    for i in range(PARTITIONS):
+        p.produce(TOPIC, b"more", partition=i)
+    assert p.flush(10) == 0
+    wait_for(lambda: sum(len(s) for s in new.read().values()) == PARTITIONS, 30, "it reads the new messages")
+    assert all(min(s) == 5 for s in new.read().values())
+    new.stop()
+
+
+def test_gregor_groups_shows_consumer_protocol_groups(broker):
+    """gregor groups list / describe: the group's type, epochs, assignor, each member's epoch,
+    current and target assignment, and the committed offsets with their lag."""
+    import json
+
+    members = [GroupConsumer(f"d{i}", broker.bootstrap, "g-describe", TOPIC, protocol="consumer").start()
+               for i in range(2)]
+    wait_for(lambda: spread(members, 2), 30, "two members holding 6 partitions each")
+
+    def cli(*args: str) -> object:
+        out = subprocess.run([sys.executable, "-m", "gregor", *args, "--bootstrap-server", broker.bootstrap, "--json"],
+                             capture_output=True, text=True, timeout=60, check=True)
+        return json.loads(out.stdout)
+
+    listed = cli("groups", "list")
+    assert {"group": "g-describe", "type": "consumer", "state": "Stable", "protocol_type": "consumer",
+            "coordinator": 0} in listed
+    d = cli("groups", "describe", "g-describe")
+    assert (d["type"], d["state"], d["assignor"]) == ("consumer", "Stable", "uniform")
+    assert d["group_epoch"] == d["assignment_epoch"] == 2
+    by_client = {m["client_id"]: m for m in d["members"]}
+    assert set(by_client) == {"d0", "d1"}
+    for m in members:
+        shown = by_client[m.name]
+        assert shown["member_epoch"] == 2 and shown["to_revoke"] == [] and shown["to_assign"] == []
+        assert sorted(shown["assignment"]) == sorted(f"{TOPIC}-{p}" for p in m.owned()) == sorted(shown["target"])
+    assert {(r["topic"], r["partition"]): r["client_id"] for r in d["offsets"]} == {
+        (TOPIC, p): m.name for m in members for p in m.owned()}
+    for m in members:
+        m.stop()
