@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gregor.coordinator.group.assignors import (
+from gregor.assignment.assignors import (
     ASSIGNORS,
     Assignment,
     GroupSpec,
@@ -347,7 +347,7 @@ def test_uniform_input_order_does_not_matter_and_output_is_the_same_in_any_proce
     b = group([member(m, s) for m, s in reversed(subs.items())], dict(reversed(counts.items())))
     assert UNIFORM.assign(a) == UNIFORM.assign(b)
     code = ("import uuid, json;"
-            "from gregor.coordinator.group.assignors import *;"
+            "from gregor.assignment.assignors import *;"
             "T=[uuid.UUID(int=i+1) for i in range(3)];"
             "ms={m: MemberSpec(m, None, r, frozenset(T[:k]), {}) for m, r, k in "
             "[('b','r1',2),('a','r2',3),('c',None,1),('d','r1',3)]};"

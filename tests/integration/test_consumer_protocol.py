@@ -188,3 +188,61 @@ def test_gregor_groups_shows_consumer_protocol_groups(broker):
         (TOPIC, p): m.name for m in members for p in m.owned()}
     for m in members:
         m.stop()
+
+
+def cli_run(broker, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gregor", *args, "--bootstrap-server", broker.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_operators_steer_the_assignment(broker):
+    """gregor groups assign: pins to an instance id and a host, isolation of a member, a freeze, a
+    waiting pin; a bad change is refused and changes nothing; steering survives a broker restart."""
+    import json
+
+    members = [GroupConsumer(f"s{i}", broker.bootstrap, "g-steer", TOPIC, protocol="consumer",
+                             instance_id=f"inst-{i}").start() for i in range(3)]
+    wait_for(lambda: spread(members, 3), 30, "three members holding 4 partitions each")
+    by_instance = {m.instance_id: m for m in members}
+
+    out = cli_run(broker, "groups", "assign", "g-steer", "--pin", f"{TOPIC}:0=inst-0", "--pin", f"{TOPIC}:1=inst-0",
+                  "--dry-run", "--json")
+    assert out.returncode == 0, out.stderr
+    dry = json.loads(out.stdout)
+    planned = {m["group_instance_id"]: m["target"] for m in dry["members"]}
+    assert {f"{TOPIC}-0", f"{TOPIC}-1"} <= set(planned["inst-0"]) and sum(map(len, planned.values())) == 12
+
+    out = cli_run(broker, "groups", "assign", "g-steer", "--pin", f"{TOPIC}:0=inst-0", "--pin", f"{TOPIC}:1=inst-0")
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: {0, 1} <= by_instance["inst-0"].owned() and spread(members, 3), 30, "the pins honoured")
+    assert {m.instance_id: sorted(f"{TOPIC}-{p}" for p in m.owned()) for m in members} == planned  # as planned
+
+    # refused, and nothing changes: an unknown partition, an unknown member
+    for bad in (["--pin", f"{TOPIC}:12=inst-1"], ["--pin", f"{TOPIC}:2=nobody"], ["--isolate", "ghost"]):
+        out = cli_run(broker, "groups", "assign", "g-steer", *bad)
+        assert out.returncode != 0 and "INVALID_CONFIG" in out.stderr, (bad, out.stdout, out.stderr)
+    shown = json.loads(cli_run(broker, "groups", "assign", "g-steer", "--json").stdout)
+    assert shown["steering"] == {"pins": [f"{TOPIC}:0=inst-0", f"{TOPIC}:1=inst-0"], "isolated": [], "frozen": False}
+
+    # quarantine a member: it stays, with nothing
+    assert cli_run(broker, "groups", "assign", "g-steer", "--isolate", "inst-2").returncode == 0
+    wait_for(lambda: by_instance["inst-2"].owned() == set() and
+             len(by_instance["inst-0"].owned()) + len(by_instance["inst-1"].owned()) == 12, 30, "inst-2 isolated")
+    described = json.loads(cli_run(broker, "groups", "describe", "g-steer", "--json").stdout)
+    assert {m["group_instance_id"] for m in described["members"]} == {"inst-0", "inst-1", "inst-2"}
+
+    # restart the broker: the steering is still there and honoured
+    for m in members:
+        m.stop()
+    broker.restart()
+    members = [GroupConsumer(f"t{i}", broker.bootstrap, "g-steer", TOPIC, protocol="consumer",
+                             instance_id=f"inst-{i}").start() for i in range(3)]
+    by_instance = {m.instance_id: m for m in members}
+    wait_for(lambda: {0, 1} <= by_instance["inst-0"].owned() and by_instance["inst-2"].owned() == set()
+             and len(by_instance["inst-0"].owned() | by_instance["inst-1"].owned()) == 12, 60,
+             "steering honoured after a restart")
+    assert cli_run(broker, "groups", "assign", "g-steer", "--release", "inst-2", "--unpin", f"{TOPIC}:0",
+                   "--unpin", f"{TOPIC}:1").returncode == 0
+    wait_for(lambda: spread(members, 3), 30, "balanced again once released and unpinned")
+    for m in members:
+        m.stop()

@@ -9,6 +9,7 @@ import datetime
 import sys
 from typing import Any
 
+from gregor.admin import steering_cli
 from gregor.admin.client import AdminClient, AdminError
 from gregor.admin.output import add_action, add_common_options, emit
 from gregor.protocol.api_keys import ApiKey
@@ -43,13 +44,15 @@ def add_parser(sub: Any) -> None:
     do.add_argument("--topic", required=True, action="append", help="topic or topic:0,1,2")
     c = add_action(gs, "coordinator", "where a group lives and whether it is served")
     c.add_argument("group")
+    steering_cli.add_parser(gs)
 
 
 def run(args: argparse.Namespace) -> int:
     admin = AdminClient(args.bootstrap_server)
     try:
         return {"list": list_groups, "describe": describe, "reset-offsets": reset_offsets, "delete": delete,
-                "delete-offsets": delete_offsets, "coordinator": coordinator}[args.action](admin, args)
+                "delete-offsets": delete_offsets, "coordinator": coordinator,
+                "assign": steering_cli.assign}[args.action](admin, args)
     finally:
         admin.close()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from gregor.apis.describe_configs import BROKER, GROUP, TOPIC
 from gregor.apis.handler import RequestContext, handles
+from gregor.assignment import steering
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 
@@ -33,7 +34,7 @@ async def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[
                 if not incremental:  # AlterConfigs replaces every override of the resource
                     _, overrides = ctx.dynamic_configs.group_config(r.resource_name)
                     entries = [(k, None, 1) for k in overrides] + entries
-                ctx.dynamic_configs.alter_group(r.resource_name, entries, req.validate_only)
+                await _alter_group(ctx, r.resource_name, entries, req.validate_only)
             else:
                 raise KafkaError(ErrorCode.invalid_request, f"resource type {r.resource_type} is not supported")
         except KafkaError as e:
@@ -41,6 +42,26 @@ async def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[
             res["error_message"] = e.message
         out.append(res)
     return out
+
+
+async def _alter_group(ctx: RequestContext, group_id: str, entries: list[tuple[str, str | None, int]],
+                       validate_only: bool) -> None:
+    """A group's configs; a change of its steering (gregor.assignment.*) must fit the group as its
+    coordinator knows it (members, topics), else it is refused and nothing changes; once saved,
+    the group gets a new epoch so that its members are reassigned."""
+    new = ctx.dynamic_configs.preview_group(group_id, entries)
+    if not any(k in steering.KEYS for k, _v, _op in entries):
+        if not validate_only:
+            ctx.dynamic_configs.save_group(group_id, new)
+        return
+    wanted = steering.Steering.from_config(new)
+    problems = ctx.groups.steering_problems(group_id, wanted)
+    if problems:
+        raise KafkaError(ErrorCode.invalid_config, "; ".join(problems))
+    if validate_only:
+        return
+    ctx.dynamic_configs.save_group(group_id, new)
+    await ctx.groups.steering_changed(group_id)
 
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)

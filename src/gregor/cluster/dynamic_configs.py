@@ -31,6 +31,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gregor.assignment import steering
 from gregor.atomic_file import write_atomically
 from gregor.config import KEYS, BrokerConfig, ConfigError
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -243,6 +244,7 @@ class DynamicConfigs:
         out: dict[str, Any] = {}
         for key, (broker_key, default, _lo, _hi) in GROUP_KEYS.items():
             out[key] = self._broker_value(broker_key, default) if isinstance(default, int) else default
+        out.update({steering.PINS: "", steering.ISOLATED: "", steering.FROZEN: "false"})
         return out
 
     def group_config(self, group_id: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -252,11 +254,17 @@ class DynamicConfigs:
         values.update(overrides)
         return values, overrides
 
-    def alter_group(self, group_id: str, entries: list[tuple[str, str | None, int]], validate_only: bool) -> None:
+    def preview_group(self, group_id: str, entries: list[tuple[str, str | None, int]]) -> dict[str, str]:
+        """The group's overrides after ``entries`` (key, value, operation), checked, not saved.
+        Steering keys (gregor.assignment.*) are read here for their syntax only; whether they fit
+        the group (its members, the topics) is the coordinator's to say."""
         if not group_id:
             raise KafkaError(ErrorCode.invalid_request, "the group id must not be empty")
         new = dict(self.groups.get(group_id, {}))
         for key, value, op in entries:
+            if key in steering.KEYS:
+                self._steering_entry(new, key, value, op)
+                continue
             spec = GROUP_KEYS.get(key)
             if spec is None:
                 raise KafkaError(ErrorCode.invalid_config, f"unknown group config {key!r}")
@@ -281,8 +289,43 @@ class DynamicConfigs:
                 if value not in ("latest", "earliest"):
                     raise KafkaError(ErrorCode.invalid_config, f"{key} must be latest or earliest")
                 new[key] = value
+        try:
+            steering.Steering.from_config(new)
+        except steering.SteeringError as e:
+            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+        return new
+
+    @staticmethod
+    def _steering_entry(new: dict[str, str], key: str, value: str | None, op: int) -> None:
+        if op == DELETE:
+            new.pop(key, None)
+        elif op in (APPEND, SUBTRACT):
+            if key not in steering.LIST_KEYS:
+                name = "APPEND" if op == APPEND else "SUBTRACT"
+                raise KafkaError(ErrorCode.invalid_config, f"config {key} is not a list: {name} is not allowed")
+            if key == steering.PINS and op == APPEND:  # a new pin of a partition replaces its old one
+                added = {str(steering.Pin.parse(i)).split("=", 1)[0] for i in str(value or "").split(",") if i}
+                kept = [i for i in new.get(key, "").split(",") if i and i.split("=", 1)[0] not in added]
+                new[key] = ",".join(kept)
+            if key == steering.PINS and op == SUBTRACT:  # unpin by TOPIC:PARTITION alone
+                gone = {i.split("=", 1)[0] for i in str(value or "").split(",") if i}
+                new[key] = ",".join(i for i in new.get(key, "").split(",") if i and i.split("=", 1)[0] not in gone)
+            else:
+                new[key] = apply_list_op(key, op, value, new.get(key), {key: ""})
+        elif op == SET:
+            new[key] = str(value or "")
+        else:
+            raise KafkaError(ErrorCode.invalid_config, f"unknown operation {op} for {key}")
+        if not new.get(key) and key in steering.LIST_KEYS:
+            new.pop(key, None)
+
+    def alter_group(self, group_id: str, entries: list[tuple[str, str | None, int]], validate_only: bool) -> None:
+        new = self.preview_group(group_id, entries)
         if validate_only:
             return
+        self.save_group(group_id, new)
+
+    def save_group(self, group_id: str, new: dict[str, str]) -> None:
         old = self.groups.get(group_id)
         self.groups[group_id] = new
         try:

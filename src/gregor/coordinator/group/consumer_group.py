@@ -23,6 +23,7 @@ import enum
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 TopicId = uuid.UUID
 Assignment = dict[TopicId, frozenset[int]]
@@ -116,6 +117,7 @@ class ConsumerGroup:
     active: int = 0  # members not away (a static member that left for now is away)
     rebalances: int = 0
     last_state: GroupState = GroupState.EMPTY
+    steered: Any = None  # how the last target assignment was steered (assignment.steering.Steered)
 
     # -- derived state -------------------------------------------------------------------------
     @property

@@ -19,10 +19,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
-from gregor.coordinator.group import assignors
+from gregor.assignment import assignors, steering
 from gregor.coordinator.group.api import (
     ConsumerGroupView,
     ConsumerHeartbeatRequest,
@@ -136,8 +135,6 @@ def group_tombstones(group_id: str) -> list[Record]:
 class ConsumerGroupManager:
     def __init__(self, ctx: ShardContext) -> None:
         self.ctx = ctx
-        # what an operator pinned, isolated or froze, per group (set by the shard from group configs)
-        self.steering: Callable[[str], Any] = lambda group_id: None
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -343,16 +340,22 @@ class ConsumerGroupManager:
 
     def _target_assignment(self, group: ConsumerGroup, epoch: int, members: dict[str, ConsumerMember],
                            metadata: dict[str, tuple[TopicId, int]], records: list[Record]) -> dict[str, Assignment]:
-        """The target assignment for ``epoch``; records for each member whose target changed, then
-        the assignment epoch (Kafka's TargetAssignmentBuilder)."""
+        """The target assignment for ``epoch``, steered as the operator said (pins, isolation,
+        freeze: the group's gregor.assignment.* configs); records for each member whose target
+        changed, then the assignment epoch (Kafka's TargetAssignmentBuilder)."""
         name = self._assignor_name(members)
         specs = {}
+        infos = {}
         for mid, m in members.items():
             subscribed = frozenset(metadata[t][0] for t in m.subscribed_topic_names if t in metadata)
             specs[mid] = assignors.MemberSpec(mid, m.instance_id, m.rack_id, subscribed, group.target_of(mid))
+            infos[mid] = steering.MemberInfo(mid, m.instance_id, m.client_host, specs[mid])
         partitions = {tid: n for tid, n in metadata.values()}
+        spec = assignors.GroupSpec(specs, partitions)
+        steered = steering.steer(spec, infos, self._topics_of(group, metadata), self.steering_of(group.group_id))
+        group.steered = steered
         started = time.perf_counter()
-        result = assignors.assignor(name).assign(assignors.GroupSpec(specs, partitions))
+        result = assignors.assignor(name).assign(steered.spec)
         took_ms = (time.perf_counter() - started) * 1000
         for mid in members:
             new = {t: ps for t, ps in result.get(mid, {}).items() if ps}
@@ -360,9 +363,51 @@ class ConsumerGroupManager:
                 records.append(target_record(group.group_id, mid, new))
         records.append((ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
                         ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch)))
-        log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor in %.1f ms",
-                 group.group_id, epoch, name, took_ms)
+        log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor in %.1f ms%s",
+                 group.group_id, epoch, name, took_ms, "; " + "; ".join(steered.notes) if steered.notes else "")
         return {mid: {t: ps for t, ps in a.items() if ps} for mid, a in result.items()}
+
+    def _topics_of(self, group: ConsumerGroup, metadata: dict[str, tuple[TopicId, int]]
+                   ) -> dict[str, tuple[TopicId, int]]:
+        """The subscribed topics, and those the group's pins name."""
+        out = dict(metadata)
+        for pin in self.steering_of(group.group_id).pins:
+            if pin.topic not in out and (meta := self.ctx.topic_metadata(pin.topic)) is not None:
+                out[pin.topic] = meta
+        return out
+
+    def steering_of(self, group_id: str) -> steering.Steering:
+        """The group's steering (its gregor.assignment.* group configs); none if they cannot be read
+        (they were validated when set; logged)."""
+        try:
+            return steering.Steering.from_config(self.ctx.group_settings(group_id))
+        except steering.SteeringError as e:
+            log.warning("[GroupId %s] ignoring the group's steering: %s", group_id, e)
+            return steering.Steering()
+
+    def steering_problems(self, group_id: str, wanted: steering.Steering) -> list[str]:
+        """Why ``wanted`` cannot steer the group as it is now (empty: it can)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return [] if wanted.empty else [f"group {group_id} is not a consumer-protocol group here (no members)"]
+        infos = {}
+        for mid, m in group.members.items():
+            spec = assignors.MemberSpec(mid, m.instance_id, m.rack_id, frozenset(), group.target_of(mid))
+            infos[mid] = steering.MemberInfo(mid, m.instance_id, m.client_host, spec)
+        topics = {}
+        for pin in wanted.pins:
+            if (meta := self.ctx.topic_metadata(pin.topic)) is not None:
+                topics[pin.topic] = meta
+        return steering.problems(wanted, topics, infos)
+
+    def steering_changed(self, group_id: str) -> CoordinatorResult[None]:
+        """The operator changed the group's steering: a new group epoch, so that the next heartbeat
+        computes a new target assignment with it."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return CoordinatorResult()
+        log.info("[GroupId %s] Steering changed: %s", group_id, self.steering_of(group_id).to_config())
+        return CoordinatorResult([epoch_record(group_id, group.group_epoch + 1)])
 
     def _assignor_name(self, members: dict[str, ConsumerMember]) -> str:
         """The assignor most members ask for (ties: the broker's order), else the broker's first."""

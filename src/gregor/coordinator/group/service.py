@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gregor.assignment.steering import Steering
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.coordinator.group.api import (
     CommitRequest,
@@ -423,6 +424,17 @@ class GroupCoordinatorService:
         result: ConsumerHeartbeatResult = await self._write(
             req.group_id, lambda shard: shard.consumer_group_heartbeat(req), timeout=True)
         return result
+
+    def steering_problems(self, group_id: str, wanted: Steering) -> list[str]:
+        """Why ``wanted`` cannot steer the group now; NOT_COORDINATOR from a broker that does not
+        coordinate it (members are known to the coordinator only)."""
+        problems: list[str] = self._read(group_id, lambda shard: shard.consumer_mgr.steering_problems(group_id,
+                                                                                                    wanted))
+        return problems
+
+    async def steering_changed(self, group_id: str) -> None:
+        """The group's steering changed: a new group epoch, so its next heartbeat reassigns."""
+        await self._write(group_id, lambda shard: shard.steering_changed(group_id), timeout=True)
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroupView | None:
         """The consumer-protocol group as its coordinator holds it (None: no such group)."""

@@ -106,6 +106,9 @@ class GroupCoordinatorShard:
     def consumer_group_heartbeat(self, req: ConsumerHeartbeatRequest) -> CoordinatorResult[ConsumerHeartbeatResult]:
         return self.consumer_mgr.heartbeat(req)
 
+    def steering_changed(self, group_id: str) -> CoordinatorResult[None]:
+        return self.consumer_mgr.steering_changed(group_id)
+
     def commit_offsets(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
         result = self.offsets_mgr.commit(req)
         if req.member_id and result.records:
