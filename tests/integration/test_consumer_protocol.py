@@ -246,3 +246,41 @@ def test_operators_steer_the_assignment(broker):
     wait_for(lambda: spread(members, 3), 30, "balanced again once released and unpinned")
     for m in members:
         m.stop()
+
+
+def test_consumption_of_consumer_protocol_groups_is_attributed(tmp_path):
+    """Two consumer-protocol groups sharing a client id read the same topic: the Prometheus
+    counters carry each group's own messages, from the members' assignments in the coordinator's
+    records (no group is guessed, nothing lands in __no_group__)."""
+    from tests.integration.test_metrics import scrape
+    from tests.support.broker_process import free_port
+
+    port = free_port()
+    b = BrokerProcess(tmp_path / "m", {**OVERRIDES, "metrics.listener": f"http://127.0.0.1:{port}"}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 4)])[TOPIC].result(10)
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        for i in range(400):
+            p.produce(TOPIC, b"x" * 10, partition=i % 4)
+        assert p.flush(10) == 0
+        readers = [GroupConsumer(f"shared-{g}", b.bootstrap, g, TOPIC, protocol="consumer") for g in ("ga", "gb")]
+        for r in readers:
+            r.name = "shared"  # client.id "shared" for both groups
+            r.start()
+        wait_for(lambda: all(sum(map(len, r.read().values())) == 400 for r in readers), 30, "both groups read all")
+        for r in readers:
+            r.stop()
+
+        def counted() -> dict[str, float]:
+            _, samples = scrape(port)
+            out: dict[str, float] = {}
+            for labels, v in samples.get("gregor_group_consumed_messages_total", []):
+                out[labels["group"]] = out.get(labels["group"], 0) + v
+            return out
+
+        got = wait_for(lambda: (c := counted()) and c.get("ga") == 400 and c.get("gb") == 400 and c, 15,
+                       "each group's 400 messages counted")
+        assert set(got) == {"ga", "gb"}, got
+    finally:
+        b.kill()

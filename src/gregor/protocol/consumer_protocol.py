@@ -26,3 +26,14 @@ def decode_assignment(data: bytes) -> list[tuple[str, list[int]]]:
         return out
     except (struct.error, UnicodeDecodeError):
         return []
+
+
+def encode_assignment(topics: list[tuple[str, list[int]]]) -> bytes:
+    """A ConsumerProtocolAssignment v0 (no user data): what a classic group's leader sends, built
+    for a consumer-protocol member so that readers of assignments see both kinds alike."""
+    out = [struct.pack(">hi", 0, len(topics))]
+    for topic, parts in topics:
+        name = topic.encode()
+        out.append(struct.pack(f">h{len(name)}si{len(parts)}i", len(name), name, len(parts), *parts))
+    out.append(struct.pack(">i", -1))
+    return b"".join(out)

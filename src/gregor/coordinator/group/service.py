@@ -64,6 +64,7 @@ from gregor.coordinator.runtime.timer import Timer
 from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, partition_for
+from gregor.protocol.consumer_protocol import encode_assignment
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.coordinator")
@@ -491,6 +492,8 @@ class GroupCoordinatorService:
             for group_id, g in sorted(shard.groups.items()):
                 yield GroupSummary(group_id, g.state.value, len(g.members), g.generation_id, g.rebalances,
                                    g.last_rebalance_ms)
+            for group_id, c in sorted(shard.consumer_groups.items()):
+                yield GroupSummary(group_id, c.state.value, len(c.members), c.group_epoch, c.rebalances, -1)
 
     def committed_offsets(self) -> Iterator[CommittedOffset]:
         """Every group's committed offsets of the partitions led here (on one node: all)."""
@@ -526,6 +529,13 @@ class GroupCoordinatorService:
                     continue
                 for m in group.members.values():
                     yield MemberView(group.group_id, m.client_id, m.client_host.lstrip("/"), m.assignment)
+            for cg in shard.consumer_groups.values():  # consumer-protocol groups: what each member holds
+                names = {tid: name for name, (tid, _n) in cg.subscription_metadata.items()}
+                for cm in cg.members.values():
+                    held = [(names[t], sorted(ps)) for t, ps in cm.assigned.items() if t in names]
+                    if held:
+                        yield MemberView(cg.group_id, cm.client_id, cm.client_host.lstrip("/"),
+                                         encode_assignment(held))
 
     def load_seconds(self) -> dict[int, float]:
         """How long the last load of each partition took."""
