@@ -274,6 +274,9 @@ KEYS: dict[str, Key] = {
         Key("group.consumer.max.size", _int_range(1, INT_MAX), INT_MAX, "members per consumer-protocol group"),
         Key("group.consumer.assignors", _names_of(CONSUMER_ASSIGNORS, "assignors"), CONSUMER_ASSIGNORS,
             "server-side assignors members may choose (group.remote.assignor); the first is the default"),
+        Key("group.consumer.slow.phase.ms", _int_range(1, INT_MAX), 60000,
+            "a consumer-protocol group outside Stable (Closing, Starting) longer than this is logged once, with "
+            "the members that hold it up (gregor_group_member_holding_seconds shows them at any time)"),
         Key("group.consumer.migration.policy", _one_of(MIGRATION_POLICIES), "upgrade",
             "whether an empty classic group becomes a consumer-protocol group when such a member joins "
             "(upgrade, bidirectional) or not (disabled, downgrade)"),

@@ -325,3 +325,28 @@ def test_group_configs_set_the_session_timeout_and_heartbeat_interval():
     assert h.shard.consumer_groups["g"].members == {}  # both silent for 11 s, over the group's 10 s
     other = Client(h, ["foo"], group="other")
     assert other.beat().heartbeat_interval_ms == 5000  # the broker's default elsewhere
+
+
+def test_phases_name_the_members_that_hold_the_group_up(caplog):
+    h = ConsumerHarness(consumer_slow_phase_ms=30_000)
+    a, b = Client(h, ["foo"], rebalance_timeout_ms=120_000), Client(h, ["foo"])
+    a.beat()
+    a.beat()
+    assert h.group().phase() == ("Stable", [])
+    b.beat()
+    a.beat()  # a is asked to revoke three partitions
+    phase, holders = h.group().phase()
+    assert phase == "Closing" and [(m, why) for m, why, _ in holders] == [(a.member_id, "revoke 3 partition(s)")]
+    h.sleep(31_000)
+    with caplog.at_level("WARNING", "gregor.coordinator"):
+        b.beat()
+    assert any("Closing for 31.0 s" in r.message and a.member_id in r.message and "must revoke 3" in r.message
+               for r in caplog.records), caplog.text
+    a.owned = {FOO: a.owned[FOO] - set(h.group().members[a.member_id].pending_revocation[FOO])}
+    a.beat()  # revoked
+    b.beat()  # given its three: it has not confirmed them yet
+    phase, holders = h.group().phase()
+    assert phase == "Starting" and [(m, why) for m, why, _ in holders] == [
+        (b.member_id, "confirm 3 partition(s) it was given")]
+    b.beat()  # its heartbeat lists them
+    assert h.group().phase() == ("Stable", [])

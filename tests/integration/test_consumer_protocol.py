@@ -176,7 +176,8 @@ def test_gregor_groups_shows_consumer_protocol_groups(broker):
     assert {"group": "g-describe", "type": "consumer", "state": "Stable", "protocol_type": "consumer",
             "coordinator": 0} in listed
     d = cli("groups", "describe", "g-describe")
-    assert (d["type"], d["state"], d["assignor"]) == ("consumer", "Stable", "uniform")
+    assert (d["type"], d["state"], d["phase"], d["assignor"]) == ("consumer", "Stable", "Stable", "uniform")
+    assert d["holding_up"] == []
     assert d["group_epoch"] == d["assignment_epoch"] == 2
     by_client = {m["client_id"]: m for m in d["members"]}
     assert set(by_client) == {"d0", "d1"}
@@ -269,6 +270,10 @@ def test_consumption_of_consumer_protocol_groups_is_attributed(tmp_path):
             r.name = "shared"  # client.id "shared" for both groups
             r.start()
         wait_for(lambda: all(sum(map(len, r.read().values())) == 400 for r in readers), 30, "both groups read all")
+        _, samples = scrape(port)
+        phases = {(lb["group"], lb["phase"]) for lb, v in samples.get("gregor_group_phase", []) if v == 1}
+        assert phases == {("ga", "Stable"), ("gb", "Stable")}, phases
+        assert {lb["group"] for lb, _ in samples.get("gregor_group_state_seconds", [])} == {"ga", "gb"}
         for r in readers:
             r.stop()
 

@@ -136,6 +136,11 @@ def describe_consumer_group(admin: AdminClient, args: argparse.Namespace, g: Any
                          "to_revoke": [f"{t}-{p}" for t, p in current if (t, p) not in set(target)],
                          "to_assign": [f"{t}-{p}" for t, p in target if (t, p) not in set(current)],
                          "subscribed_topics": list(m.subscribed_topic_names)})
+    closing = [f"{m['member_id']} ({m['client_id']}) must revoke {','.join(m['to_revoke'])}"
+               for m in members if m["to_revoke"]]
+    starting = [f"{m['member_id']} ({m['client_id']}) is to get {','.join(m['to_assign'])}"
+                for m in members if m["to_assign"]]
+    phase = "Closing" if closing else "Starting" if starting else g.group_state
     committed = committed_offsets(admin, args.group)
     tps = sorted(set(committed) | set(owners))
     ends = admin.list_offsets(tps, -1) if tps else {}
@@ -150,12 +155,14 @@ def describe_consumer_group(admin: AdminClient, args: argparse.Namespace, g: Any
                      "consumer_id": owner.member_id if owner else None, "host": owner.client_host if owner else None,
                      "client_id": owner.client_id if owner else None})
     if args.json:
-        emit(args, {"group": args.group, "type": "consumer", "state": g.group_state, "group_epoch": g.group_epoch,
+        emit(args, {"group": args.group, "type": "consumer", "state": g.group_state, "phase": phase,
+                    "holding_up": closing or starting, "group_epoch": g.group_epoch,
                     "assignment_epoch": g.assignment_epoch, "assignor": g.assignor_name, "members": members,
                     "offsets": rows}, [])
         return 0
     print(f"Group {args.group} is {g.group_state} (consumer protocol, {len(g.members)} members, group epoch "
-          f"{g.group_epoch}, assignment epoch {g.assignment_epoch}, assignor {g.assignor_name})\n")
+          f"{g.group_epoch}, assignment epoch {g.assignment_epoch}, assignor {g.assignor_name})")
+    print(f"Phase: {phase}" + "".join(f"\n  {line}" for line in closing or starting) + "\n")
     emit(args, rows, ["group", "topic", "partition", "current_offset", "log_end_offset", "lag", "consumer_id",
                       "host", "client_id"])
     if members:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gregor.coordinator.group.api import CommittedOffset, GroupSummary
+from gregor.coordinator.group.api import CommittedOffset, GroupPhase, GroupSummary
 from gregor.metrics.attribution import NO_GROUP, GroupAttribution, MembersView
 from gregor.metrics.time_lag import OffsetHistory
 from gregor.protocol.api_keys import ApiKey
@@ -29,6 +29,7 @@ class GroupsView(MembersView, Protocol):
     def group_summaries(self, include_followed: bool = False) -> Iterable[GroupSummary]: ...
     def committed_offsets(self) -> Iterable[CommittedOffset]: ...
     def load_seconds(self) -> dict[int, float]: ...
+    def group_phases(self) -> Iterable[GroupPhase]: ...
 
 
 class LogsView(Protocol):
@@ -103,6 +104,23 @@ class BrokerMetrics(Collector):
                 self.history.sample((topic, partition), hw, now)
 
     # -- scrape ------------------------------------------------------------------------------
+    def _phases(self, now: float) -> Iterator[Any]:
+        phase = GaugeMetricFamily("gregor_group_phase", "1 for the consumer-protocol group's phase (Stable, "
+                                  "Closing: members still revoking, Starting: members not yet holding or "
+                                  "confirming what they were given, Assigning, Empty)", labels=["group", "phase"])
+        phase_s = GaugeMetricFamily("gregor_group_state_seconds", "Seconds since the consumer-protocol group's "
+                                    "state last changed", labels=["group"])
+        holding = GaugeMetricFamily("gregor_group_member_holding_seconds", "Seconds a member has held its group "
+                                    "outside Stable, with what it has not done yet",
+                                    labels=["group", "member", "client_id", "waiting_for"])
+        for p in self.groups.group_phases():
+            phase.add_metric([p.group_id, p.phase], 1)
+            if p.since_ms >= 0:
+                phase_s.add_metric([p.group_id], max(now - p.since_ms / 1000, 0.0))
+            for member, client, why, since in p.holders:
+                holding.add_metric([p.group_id, member, client, why], max(now - since / 1000, 0.0) if since >= 0 else 0)
+        yield from (phase, phase_s, holding)
+
     def collect(self) -> Iterator[Any]:
         labels = ["group", "topic", "partition"]
         msgs = CounterMetricFamily("gregor_group_consumed_messages", "Messages fetched by consumer groups "
@@ -143,6 +161,7 @@ class BrokerMetrics(Collector):
                 lag.add_metric(lv, max(hw - c.offset, 0))
                 time_lag.add_metric(lv, self.history.time_lag((c.topic, c.partition), c.offset, hw, now))
         yield from (committed, end, lag, time_lag, state, members, generation, rebalances, rebalance_s)
+        yield from self._phases(now)
         reqs = SummaryMetricFamily("gregor_request_seconds", "Requests handled, by API", labels=["api"])
         for api, (count, seconds) in sorted(self.requests.items()):
             name = ApiKey(api).name if api in ApiKey._value2member_map_ else str(api)

@@ -252,6 +252,18 @@ class MemberView:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupPhase:
+    """A consumer-protocol group's phase (Stable, Closing, Starting, Assigning, Reconciling,
+    Empty), since when its state last changed, and the members that hold it up: (member id,
+    client id, what it has not done yet, since when)."""
+
+    group_id: str
+    phase: str
+    since_ms: int
+    holders: list[tuple[str, str, str, int]]
+
+
+@dataclass(frozen=True, slots=True)
 class CommittedOffset:
     group_id: str
     topic: str

@@ -117,6 +117,7 @@ class ConsumerGroup:
     active: int = 0  # members not away (a static member that left for now is away)
     rebalances: int = 0
     last_state: GroupState = GroupState.EMPTY
+    slow_reported_since: int = -2  # the state_since_ms already reported as slow
     steered: Any = None  # how the last target assignment was steered (assignment.steering.Steered)
 
     # -- derived state -------------------------------------------------------------------------
@@ -139,6 +140,33 @@ class ConsumerGroup:
                 self.rebalances += 1
             self.last_state = state
             self.state_since_ms = now_ms
+
+    def phase(self) -> tuple[str, list[tuple[str, str, int]]]:
+        """The group's phase as operators see it, and who holds it there: (phase, [(member id,
+        what it has not done yet, since when)]). Closing: members must still revoke partitions
+        (before anyone may start them); Starting: members were given partitions they have not yet
+        confirmed (by a heartbeat that lists them) or wait for partitions others still hold;
+        Assigning: a new target is being computed; Stable; Empty."""
+        state = self.state
+        if state is GroupState.EMPTY:
+            return "Empty", []
+        if state is GroupState.ASSIGNING:
+            return "Assigning", []
+        closing, starting = [], []
+        for m in self.members.values():
+            since = self.member_since_ms.get(m.member_id, -1)
+            if m.pending_revocation:
+                closing.append((m.member_id, f"revoke {size_of(m.pending_revocation)} partition(s)", since))
+            elif m.state is MemberState.UNRELEASED_PARTITIONS:
+                starting.append((m.member_id, "wait for partitions other members still hold", since))
+            elif (reported := self.reported.get(m.member_id)) is not None and not is_subset(m.assigned, reported):
+                missing = sum(len(ps - reported.get(t, frozenset())) for t, ps in m.assigned.items())
+                starting.append((m.member_id, f"confirm {missing} partition(s) it was given", since))
+        if closing:
+            return "Closing", closing
+        if starting:
+            return "Starting", starting
+        return ("Stable" if state is GroupState.STABLE else "Reconciling"), []
 
     def subscribed_topic_names(self) -> set[str]:
         names: set[str] = set()

@@ -35,6 +35,7 @@ from gregor.coordinator.group.consumer_group import (
     Assignment,
     ConsumerGroup,
     ConsumerMember,
+    GroupState,
     MemberState,
     TopicId,
     is_subset,
@@ -326,7 +327,23 @@ class ConsumerGroupManager:
                                            dict(reconciled.assigned) if full or changed else None)
         if req.owned is not None:
             group.reported[member_id] = dict(req.owned)
+        self._report_slow_phase(group)
         return CoordinatorResult(records, response)
+
+    def _report_slow_phase(self, group: ConsumerGroup) -> None:
+        """Logs once per state change a group that stays outside Stable longer than
+        group.consumer.slow.phase.ms, naming the members that hold it up."""
+        since = group.state_since_ms
+        if since < 0 or since == group.slow_reported_since or group.state in (GroupState.STABLE, GroupState.EMPTY):
+            return
+        waited = self._now() - since
+        if waited < self.ctx.config.consumer_slow_phase_ms:
+            return
+        group.slow_reported_since = since
+        phase, holders = group.phase()
+        who = "; ".join(f"{mid} ({group.members[mid].client_id}) must {why}" for mid, why, _ in holders) or "-"
+        log.warning("[GroupId %s] %s for %.1f s (group epoch %d): held up by %s", group.group_id, phase,
+                    waited / 1000, group.group_epoch, who)
 
     def _subscription_metadata(self, members: dict[str, ConsumerMember]) -> dict[str, tuple[TopicId, int]]:
         out: dict[str, tuple[TopicId, int]] = {}

@@ -33,6 +33,7 @@ from gregor.coordinator.group.api import (
     ConsumerHeartbeatResult,
     DeleteGroupsResult,
     GroupDescription,
+    GroupPhase,
     GroupSummary,
     HeartbeatRequest,
     JoinRequest,
@@ -95,6 +96,7 @@ def group_config(config: Any) -> GroupConfig:
         consumer_max_size=config["group.consumer.max.size"],
         consumer_assignors=tuple(config["group.consumer.assignors"]),
         consumer_migration_policy=config["group.consumer.migration.policy"],
+        consumer_slow_phase_ms=config["group.consumer.slow.phase.ms"],
     )
 
 
@@ -494,6 +496,14 @@ class GroupCoordinatorService:
                                    g.last_rebalance_ms)
             for group_id, c in sorted(shard.consumer_groups.items()):
                 yield GroupSummary(group_id, c.state.value, len(c.members), c.group_epoch, c.rebalances, -1)
+
+    def group_phases(self) -> Iterator[GroupPhase]:
+        """The phase of every consumer-protocol group coordinated here."""
+        for shard in self._active_shards():
+            for group_id, c in sorted(shard.consumer_groups.items()):
+                phase, holders = c.phase()
+                yield GroupPhase(group_id, phase, c.state_since_ms,
+                                 [(mid, c.members[mid].client_id, why, since) for mid, why, since in holders])
 
     def committed_offsets(self) -> Iterator[CommittedOffset]:
         """Every group's committed offsets of the partitions led here (on one node: all)."""
