@@ -120,6 +120,24 @@ def committed_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], t
             for t in r.topics for p in t.partitions if p.committed_offset >= 0}
 
 
+def offset_rows(admin: AdminClient, group: str, owners: dict[tuple[str, int], Any]) -> list[dict[str, Any]]:
+    """Per partition committed or owned: committed offset, log end, lag, and the member owning it."""
+    committed = committed_offsets(admin, group)
+    tps = sorted(set(committed) | set(owners))
+    ends = admin.list_offsets(tps, -1) if tps else {}
+    rows = []
+    for tp in tps:
+        off = committed.get(tp, (-1, ""))[0]
+        end = ends.get(tp, -1)
+        owner = owners.get(tp)
+        rows.append({"group": group, "topic": tp[0], "partition": tp[1],
+                     "current_offset": off if off >= 0 else None, "log_end_offset": end if end >= 0 else None,
+                     "lag": end - off if off >= 0 and end >= 0 else None,
+                     "consumer_id": owner.member_id if owner else None, "host": owner.client_host if owner else None,
+                     "client_id": owner.client_id if owner else None})
+    return rows
+
+
 def describe_consumer_group(admin: AdminClient, args: argparse.Namespace, g: Any) -> int:
     """A consumer-protocol group: members with their epochs, current and target assignments, and
     what is still to be revoked (the member holds it, its target does not) or assigned."""
@@ -141,19 +159,7 @@ def describe_consumer_group(admin: AdminClient, args: argparse.Namespace, g: Any
     starting = [f"{m['member_id']} ({m['client_id']}) is to get {','.join(m['to_assign'])}"
                 for m in members if m["to_assign"]]
     phase = "Closing" if closing else "Starting" if starting else g.group_state
-    committed = committed_offsets(admin, args.group)
-    tps = sorted(set(committed) | set(owners))
-    ends = admin.list_offsets(tps, -1) if tps else {}
-    rows = []
-    for tp in tps:
-        off = committed.get(tp, (-1, ""))[0]
-        end = ends.get(tp, -1)
-        owner = owners.get(tp)
-        rows.append({"group": args.group, "topic": tp[0], "partition": tp[1],
-                     "current_offset": off if off >= 0 else None, "log_end_offset": end if end >= 0 else None,
-                     "lag": end - off if off >= 0 and end >= 0 else None,
-                     "consumer_id": owner.member_id if owner else None, "host": owner.client_host if owner else None,
-                     "client_id": owner.client_id if owner else None})
+    rows = offset_rows(admin, args.group, owners)
     if args.json:
         emit(args, {"group": args.group, "type": "consumer", "state": g.group_state, "phase": phase,
                     "holding_up": closing or starting, "group_epoch": g.group_epoch,
@@ -189,19 +195,7 @@ def describe(admin: AdminClient, args: argparse.Namespace) -> int:
         members.append({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                         "client_id": m.client_id, "host": m.client_host,
                         "assignment": [f"{t}-{p}" for t, parts in assigned for p in parts]})
-    committed = committed_offsets(admin, args.group)
-    tps = sorted(set(committed) | set(owners))
-    ends = admin.list_offsets(tps, -1) if tps else {}
-    rows = []
-    for tp in tps:
-        off = committed.get(tp, (-1, ""))[0]
-        end = ends.get(tp, -1)
-        owner = owners.get(tp)
-        rows.append({"group": args.group, "topic": tp[0], "partition": tp[1],
-                     "current_offset": off if off >= 0 else None, "log_end_offset": end if end >= 0 else None,
-                     "lag": end - off if off >= 0 and end >= 0 else None,
-                     "consumer_id": owner.member_id if owner else None, "host": owner.client_host if owner else None,
-                     "client_id": owner.client_id if owner else None})
+    rows = offset_rows(admin, args.group, owners)
     if args.json:
         emit(args, {"group": args.group, "state": g.group_state, "protocol_type": g.protocol_type,
                     "protocol": g.protocol_data, "members": members, "offsets": rows}, [])
