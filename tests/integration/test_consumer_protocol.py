@@ -176,7 +176,8 @@ def test_gregor_groups_shows_consumer_protocol_groups(broker):
     assert {"group": "g-describe", "type": "consumer", "state": "Stable", "protocol_type": "consumer",
             "coordinator": 0} in listed
     d = cli("groups", "describe", "g-describe")
-    assert (d["type"], d["state"], d["phase"], d["assignor"]) == ("consumer", "Stable", "Stable", "uniform")
+    assert (d["type"], d["state"], d["assignor"]) == ("consumer", "Stable", "uniform")
+    assert d["phase"].startswith("Stable for ")
     assert d["holding_up"] == []
     assert d["group_epoch"] == d["assignment_epoch"] == 2
     by_client = {m["client_id"]: m for m in d["members"]}
@@ -289,3 +290,38 @@ def test_consumption_of_consumer_protocol_groups_is_attributed(tmp_path):
         assert set(got) == {"ga", "gb"}, got
     finally:
         b.kill()
+
+
+class SlowRevoker(GroupConsumer):
+    """A member whose on_revoke takes ``delay`` seconds (its work on the partitions not done yet)."""
+
+    delay: float = 4.0
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        if partitions:
+            time.sleep(self.delay)
+        super()._on_revoke(consumer, partitions)
+
+
+def test_describe_names_the_member_that_holds_the_group_in_closing(broker):
+    """While a member is still revoking, the group is Closing and gregor groups describe (from the
+    coordinator's read-only gregor.status.* group configs) names it and what it must revoke;
+    Prometheus-free, from any admin client: DescribeConfigs on the GROUP resource."""
+    import json
+
+    slow = SlowRevoker("slow", broker.bootstrap, "g-phase", TOPIC, protocol="consumer").start()
+    wait_for(lambda: len(slow.owned()) == PARTITIONS, 30, "the first member holding every partition")
+    other = GroupConsumer("other", broker.bootstrap, "g-phase", TOPIC, protocol="consumer").start()
+
+    def closing() -> dict | None:
+        out = subprocess.run([sys.executable, "-m", "gregor", "groups", "describe", "g-phase", "--bootstrap-server",
+                              broker.bootstrap, "--json"], capture_output=True, text=True, timeout=60)
+        d = json.loads(out.stdout)
+        return d if d["phase"].startswith("Closing") else None
+
+    d = wait_for(closing, 20, "the group Closing")
+    slow_id = next(m["member_id"] for m in d["members"] if m["client_id"] == "slow")
+    assert len(d["holding_up"]) == 1 and d["holding_up"][0].startswith(f"{slow_id} (slow) must revoke 6 partition(s)")
+    wait_for(lambda: len(other.owned()) == 6 and len(slow.owned()) == 6, 30, "the move completed")
+    for m in (slow, other):
+        m.stop()

@@ -120,6 +120,20 @@ def committed_offsets(admin: AdminClient, group: str) -> dict[tuple[str, int], t
             for t in r.topics for p in t.partitions if p.committed_offset >= 0}
 
 
+def coordinator_status_of(admin: AdminClient, group: str) -> dict[str, str]:
+    """Gregor's read-only group status entries (phase, who holds the group up), from DescribeConfigs
+    on the group's coordinator; empty from a broker that does not give them."""
+    try:
+        r = admin.coordinator_conn(group).call(ApiKey.DESCRIBE_CONFIGS, {
+            "resources": [{"resource_type": 32, "resource_name": group,
+                           "configuration_keys": ["gregor.status.phase", "gregor.status.holding"]}],
+            "include_synonyms": False, "include_documentation": False})
+    except AdminError:
+        return {}
+    res = r.results[0]
+    return {} if res.error_code else {c.name: c.value or "" for c in res.configs}
+
+
 def offset_rows(admin: AdminClient, group: str, owners: dict[tuple[str, int], Any]) -> list[dict[str, Any]]:
     """Per partition committed or owned: committed offset, log end, lag, and the member owning it."""
     committed = committed_offsets(admin, group)
@@ -159,6 +173,10 @@ def describe_consumer_group(admin: AdminClient, args: argparse.Namespace, g: Any
     starting = [f"{m['member_id']} ({m['client_id']}) is to get {','.join(m['to_assign'])}"
                 for m in members if m["to_assign"]]
     phase = "Closing" if closing else "Starting" if starting else g.group_state
+    status = coordinator_status_of(admin, args.group)  # the coordinator knows who still holds what
+    if status.get("gregor.status.phase"):
+        phase = status["gregor.status.phase"]
+        closing, starting = [h for h in status.get("gregor.status.holding", "").split("; ") if h], []
     rows = offset_rows(admin, args.group, owners)
     if args.json:
         emit(args, {"group": args.group, "type": "consumer", "state": g.group_state, "phase": phase,

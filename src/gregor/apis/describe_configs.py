@@ -8,6 +8,7 @@ how they persist: ``gregor.cluster.dynamic_configs``."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
@@ -103,9 +104,32 @@ def broker_config_entries(ctx: RequestContext, keys: list[str] | None, synonyms:
     return sorted(out, key=lambda e: e["name"])
 
 
+PHASE, HOLDING = "gregor.status.phase", "gregor.status.holding"
+
+
+def _status_entries(ctx: RequestContext, group_id: str) -> dict[str, str]:
+    """Read-only entries the group's coordinator adds for a consumer-protocol group: its phase and
+    the members holding it there (what ConsumerGroupDescribe cannot say: partitions still being
+    revoked, and since when)."""
+    phase = ctx.groups.group_phase(group_id)
+    if phase is None:
+        return {}
+    now = time.time()
+    since = (f" for {now - phase.since_ms / 1000:.1f} s" if phase.since_ms >= 0 else "")
+    holding = "; ".join(f"{member} ({client}) must {why}" + (f" ({now - t / 1000:.1f} s)" if t >= 0 else "")
+                        for member, client, why, t in phase.holders)
+    return {PHASE: phase.phase + since, HOLDING: holding}
+
+
 def group_config_entries(ctx: RequestContext, group_id: str, keys: list[str] | None) -> list[dict[str, Any]]:
     values, overrides = ctx.dynamic_configs.group_config(group_id)
     out: list[dict[str, Any]] = []
+    if keys is None or PHASE in keys or HOLDING in keys:
+        for key, value in _status_entries(ctx, group_id).items():
+            if keys is None or key in keys:
+                out.append({"name": key, "value": value, "read_only": True, "config_source": DEFAULT_CONFIG,
+                            "is_sensitive": False, "synonyms": [], "config_type": TYPE_STRING,
+                            "documentation": "the consumer-protocol group's phase, from its coordinator (read only)"})
     for key in sorted(values):
         if keys is not None and key not in keys:
             continue
@@ -114,7 +138,7 @@ def group_config_entries(ctx: RequestContext, group_id: str, keys: list[str] | N
                     "config_source": GROUP_CONFIG if key in overrides else DEFAULT_CONFIG, "is_sensitive": False,
                     "synonyms": [], "config_type": TYPE_INT if key.endswith(".ms") else TYPE_STRING,
                     "documentation": None})
-    return out
+    return sorted(out, key=lambda e: e["name"])
 
 
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)

@@ -497,6 +497,18 @@ class GroupCoordinatorService:
             for group_id, c in sorted(shard.consumer_groups.items()):
                 yield GroupSummary(group_id, c.state.value, len(c.members), c.group_epoch, c.rebalances, -1)
 
+    def group_phase(self, group_id: str) -> GroupPhase | None:
+        """The consumer-protocol group's phase, if this broker coordinates it (None otherwise)."""
+        try:
+            group = self._read(group_id, lambda shard: shard.consumer_groups.get(group_id))
+        except KafkaError:
+            return None
+        if group is None:
+            return None
+        phase, holders = group.phase()
+        return GroupPhase(group_id, phase, group.state_since_ms,
+                          [(mid, group.members[mid].client_id, why, since) for mid, why, since in holders])
+
     def group_phases(self) -> Iterator[GroupPhase]:
         """The phase of every consumer-protocol group coordinated here."""
         for shard in self._active_shards():
