@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gregor.cluster.replica_manager import ReplicaManager
     from gregor.cluster.zk.client import ZkClient
     from gregor.cluster.zk_broker import BrokerRegistrar
+    from gregor.cluster.zk_group_configs import ZkGroupConfigs
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,11 @@ class Broker:
         self.groups = GroupCoordinatorService(config, registry, self.logs, self.topics.create_topic, self.cluster,
                                               group_settings=lambda g: self.dynamic_configs.group_config(g)[0])
         self.topics.on_deleted.append(self.groups.on_topic_deleted)
+        self.group_configs: ZkGroupConfigs | None = None
+        if self.zk is not None:  # a cluster's group configs are ZooKeeper's, mirrored by every broker
+            from gregor.cluster.zk_group_configs import ZkGroupConfigs
+
+            self.group_configs = ZkGroupConfigs(self.zk, self.dynamic_configs, self.groups)
         if self.replicas is not None:
             self.groups.attach_replication(self.replicas.append_internal)
             self.replicas.on_leadership.append(self.groups.on_leadership)
@@ -150,6 +156,8 @@ class Broker:
         assert self.zk is not None and self.replicas is not None
         assert isinstance(self.cluster, ZkClusterMetadata) and isinstance(self.topics, ZkTopicAdmin)
         await self.zk.start()
+        if self.group_configs is not None:  # before this broker can coordinate a group
+            await self.group_configs.start()
         self.replicas.start()
         await self.cluster.start()
         self.topics.forget_topics_not_in(set(self.cluster.assignments))
@@ -196,6 +204,8 @@ class Broker:
 
         if isinstance(self.cluster, ZkClusterMetadata):
             await self.cluster.stop()
+        if self.group_configs is not None:
+            await self.group_configs.stop()
         await self.zk.stop()
 
     async def _final_telemetry(self) -> None:

@@ -2,8 +2,9 @@
 resources, Kafka 4.0). AlterConfigs replaces every override of a resource, IncrementalAlterConfigs
 applies SET, DELETE, APPEND and SUBTRACT to single keys; both may only validate. The changes
 themselves are the topic admin's (topic overrides; in a cluster they are written to ZooKeeper and
-every broker applies them) and ``gregor.cluster.dynamic_configs``' (broker
-and group keys: which may change at run time, and how they persist)."""
+every broker applies them) and ``gregor.cluster.dynamic_configs``' (broker and group keys: which
+may change at run time, and how they persist; in a cluster group configs are ZooKeeper's,
+``gregor.cluster.zk_group_configs``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 from gregor.apis.describe_configs import BROKER, GROUP, TOPIC
 from gregor.apis.handler import RequestContext, handles
 from gregor.assignment import steering
+from gregor.cluster.dynamic_configs import DELETE, steering_part
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.consumer_offsets import OFFSETS_TOPIC
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 
@@ -31,10 +34,7 @@ async def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[
                 ctx.dynamic_configs.alter_broker(r.resource_name, entries, incremental, req.validate_only)
             elif r.resource_type == GROUP:
                 entries = [(c.name, c.value, c.config_operation if incremental else 0) for c in r.configs]
-                if not incremental:  # AlterConfigs replaces every override of the resource
-                    _, overrides = ctx.dynamic_configs.group_config(r.resource_name)
-                    entries = [(k, None, 1) for k in overrides] + entries
-                await _alter_group(ctx, r.resource_name, entries, req.validate_only)
+                await _alter_group(ctx, r.resource_name, entries, req.validate_only, replace=not incremental)
             else:
                 raise KafkaError(ErrorCode.invalid_request, f"resource type {r.resource_type} is not supported")
         except KafkaError as e:
@@ -45,23 +45,59 @@ async def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[
 
 
 async def _alter_group(ctx: RequestContext, group_id: str, entries: list[tuple[str, str | None, int]],
-                       validate_only: bool) -> None:
-    """A group's configs; a change of its steering (gregor.assignment.*) must fit the group as its
-    coordinator knows it (members, topics), else it is refused and nothing changes; once saved,
-    the group gets a new epoch so that its members are reassigned."""
-    new = ctx.dynamic_configs.preview_group(group_id, entries)
-    if not any(k in steering.KEYS for k, _v, _op in entries):
-        if not validate_only:
-            ctx.dynamic_configs.save_group(group_id, new)
+                       validate_only: bool, replace: bool) -> None:
+    """A group's configs (``replace``: AlterConfigs, every override of the group replaced). A
+    change of its steering (gregor.assignment.*) must fit the group as its coordinator knows it
+    (members, topics), else it is refused and nothing changes; once saved, the group gets a new
+    epoch so that its members are reassigned. In a cluster the configs are ZooKeeper's
+    (cluster/zk_group_configs.py): written there, applied by every broker, and the coordinator
+    bumps the epoch."""
+    dyn = ctx.dynamic_configs
+    names_steering = any(k in steering.KEYS for k, _v, _op in entries)
+
+    def compute(current: dict[str, str]) -> dict[str, str]:
+        deletes = [(k, None, DELETE) for k in current] if replace else []
+        new = dyn.preview_group(group_id, deletes + entries, current)
+        if names_steering or steering_part(current) != steering_part(new):
+            _check_steering(ctx, group_id, new)
+        return new
+
+    if dyn.group_store is not None:
+        await dyn.group_store.alter(group_id, compute, validate_only)
         return
-    wanted = steering.Steering.from_config(new)
-    problems = ctx.groups.steering_problems(group_id, wanted)
-    if problems:
-        raise KafkaError(ErrorCode.invalid_config, "; ".join(problems))
+    current = dict(dyn.groups.get(group_id, {}))
+    new = compute(current)
     if validate_only:
         return
-    ctx.dynamic_configs.save_group(group_id, new)
-    await ctx.groups.steering_changed(group_id)
+    dyn.save_group(group_id, new)
+    if names_steering or steering_part(current) != steering_part(new):
+        await ctx.groups.steering_changed(group_id)
+
+
+def _check_steering(ctx: RequestContext, group_id: str, new: dict[str, str]) -> None:
+    wanted = steering.Steering.from_config(new)
+    try:
+        problems = ctx.groups.steering_problems(group_id, wanted)
+    except KafkaError as e:
+        if e.code != ErrorCode.not_coordinator or not ctx.cluster.clustered:
+            raise
+        raise KafkaError(e.code, _not_the_coordinator(ctx, group_id, e.message)) from None
+    if problems:
+        raise KafkaError(ErrorCode.invalid_config, "; ".join(problems))
+
+
+def _not_the_coordinator(ctx: RequestContext, group_id: str, why: str | None) -> str:
+    """NOT_COORDINATOR's message for a steering change sent to another broker: where to send it."""
+    leader = ctx.cluster.partition(OFFSETS_TOPIC, ctx.groups.partition_for(group_id)).leader
+    me = ctx.cluster.node_id
+    what = f"a steering change (gregor.assignment.*) of group {group_id} is checked against its members"
+    if leader == me:
+        return f"{what} by the group's coordinator, this broker ({me}), which is loading the group now: try again"
+    if leader < 0:
+        return (f"{what} by the group's coordinator, and the group has none now ({why}); send it to the "
+                f"coordinator FindCoordinator names once there is one")
+    return (f"{what} by the group's coordinator, broker {leader}, not broker {me}: send it to broker {leader} "
+            f"(FindCoordinator names it; gregor groups assign does so)")
 
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)

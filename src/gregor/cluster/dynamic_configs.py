@@ -22,6 +22,11 @@ valid for any group id (the group need not exist), range-checked against the bro
 Kafka does. ``consumer.session.timeout.ms`` and ``consumer.heartbeat.interval.ms`` govern the
 group's consumer-protocol members (KIP-848) from their next heartbeat on; classic groups are not
 governed by them (as in Kafka); the share keys are stored and described only.
+
+In a cluster (``zookeeper.connect``) group configs are the cluster's, not a broker's: ZooKeeper
+holds them (``/config/groups/<group id>``) and ``cluster/zk_group_configs.py`` mirrors them into
+``groups`` here on every broker and writes the changes (``group_store``). The file then keeps
+broker configs only; group configs an older version left in it are moved to ZooKeeper once.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from gregor.config import KEYS, BrokerConfig, ConfigError
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from gregor.cluster.zk_group_configs import ZkGroupConfigs
     from gregor.log.log_manager import LogManager
     from gregor.log.topic_registry import TopicRegistry
 
@@ -109,6 +115,11 @@ class DynamicConfigs:
         self.per_broker: dict[str, str] = {}
         self.cluster_default: dict[str, str] = {}
         self.groups: dict[str, dict[str, str]] = {}
+        # in a cluster: ZooKeeper holds the group configs (``groups`` mirrors them; the store writes
+        # them), and groups found in the file are moved there once (``file_groups``)
+        self.groups_in_zookeeper = bool(config["zookeeper.connect"])
+        self.group_store: ZkGroupConfigs | None = None
+        self.file_groups: dict[str, dict[str, str]] = {}
 
     # -- persistence -------------------------------------------------------------------------
     def load(self) -> None:
@@ -120,7 +131,11 @@ class DynamicConfigs:
             raise ConfigError(f"cannot read {self.path}: {e}") from None
         self.per_broker = {str(k): str(v) for k, v in raw.get("broker", {}).items()}
         self.cluster_default = {str(k): str(v) for k, v in raw.get("cluster_default", {}).items()}
-        self.groups = {str(g): {str(k): str(v) for k, v in c.items()} for g, c in raw.get("groups", {}).items()}
+        groups = {str(g): {str(k): str(v) for k, v in c.items()} for g, c in raw.get("groups", {}).items()}
+        if self.groups_in_zookeeper:
+            self.file_groups = groups
+        else:
+            self.groups = groups
         for layer in (self.cluster_default, self.per_broker):
             for key in list(layer):  # a key this version no longer changes at run time: skipped, as Kafka
                 try:                 # skips dynamic values it cannot apply
@@ -133,8 +148,9 @@ class DynamicConfigs:
                      {**self.cluster_default, **self.per_broker})
 
     def _save(self) -> None:
+        groups = self.file_groups if self.groups_in_zookeeper else self.groups
         data = {"version": 1, "broker": self.per_broker, "cluster_default": self.cluster_default,
-                "groups": {g: c for g, c in self.groups.items() if c}}
+                "groups": {g: c for g, c in groups.items() if c}}
         write_atomically(self.path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
 
     # -- broker configs ----------------------------------------------------------------------
@@ -254,13 +270,15 @@ class DynamicConfigs:
         values.update(overrides)
         return values, overrides
 
-    def preview_group(self, group_id: str, entries: list[tuple[str, str | None, int]]) -> dict[str, str]:
-        """The group's overrides after ``entries`` (key, value, operation), checked, not saved.
-        Steering keys (gregor.assignment.*) are read here for their syntax only; whether they fit
-        the group (its members, the topics) is the coordinator's to say."""
+    def preview_group(self, group_id: str, entries: list[tuple[str, str | None, int]],
+                      current: dict[str, str] | None = None) -> dict[str, str]:
+        """The group's overrides after ``entries`` (key, value, operation) applied to ``current``
+        (default: the overrides known here), checked, not saved. Steering keys
+        (gregor.assignment.*) are read here for their syntax only; whether they fit the group (its
+        members, the topics) is the coordinator's to say."""
         if not group_id:
             raise KafkaError(ErrorCode.invalid_request, "the group id must not be empty")
-        new = dict(self.groups.get(group_id, {}))
+        new = dict(self.groups.get(group_id, {}) if current is None else current)
         for key, value, op in entries:
             if key in steering.KEYS:
                 self._steering_entry(new, key, value, op)
@@ -326,6 +344,11 @@ class DynamicConfigs:
         self.save_group(group_id, new)
 
     def save_group(self, group_id: str, new: dict[str, str]) -> None:
+        """One node: the group's overrides, saved in the file (in a cluster the store writes
+        ZooKeeper, and ``mirror_group`` takes what it holds)."""
+        if self.groups_in_zookeeper:
+            raise KafkaError(ErrorCode.unknown_server_error,
+                             "group configs of a cluster are kept in ZooKeeper, not in this broker's file")
         old = self.groups.get(group_id)
         self.groups[group_id] = new
         try:
@@ -336,6 +359,41 @@ class DynamicConfigs:
             else:
                 self.groups[group_id] = old
             raise KafkaError(ErrorCode.kafka_storage_error, f"cannot save {self.path.name}: {e}") from None
+
+    def mirror_group(self, group_id: str, overrides: dict[str, str]) -> None:
+        """In a cluster: the group's overrides as ZooKeeper holds them (nothing saved here)."""
+        if overrides:
+            self.groups[group_id] = dict(overrides)
+        else:
+            self.groups.pop(group_id, None)
+
+    def usable_group_overrides(self, group_id: str, overrides: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+        """Overrides written by another broker or by hand, checked as an alter would check them:
+        (those that pass, why each other one does not). A broker with narrower bounds than the
+        writer's thus ignores a value it could not have accepted itself, rather than fail on it."""
+        try:
+            return self.preview_group(group_id, [(k, v, SET) for k, v in overrides.items()], {}), []
+        except KafkaError:
+            pass
+        kept: dict[str, str] = {}
+        problems = []
+        for key, value in overrides.items():
+            try:
+                kept = self.preview_group(group_id, [(key, value, SET)], kept)
+            except KafkaError as e:
+                problems.append(f"{key}={value}: {e.message}")
+        return kept, problems
+
+    def forget_file_groups(self) -> None:
+        """In a cluster, once the file's group configs are in ZooKeeper: the file keeps none."""
+        if self.file_groups:
+            self.file_groups = {}
+            self._save()
+
+
+def steering_part(overrides: dict[str, str]) -> dict[str, str]:
+    """A group's steering overrides (gregor.assignment.*)."""
+    return {k: v for k, v in overrides.items() if k in steering.KEYS}
 
 
 def _as_int(raw: str | None, default: int) -> int:
