@@ -26,7 +26,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, unquote
 
 from gregor.cluster.dynamic_configs import steering_part
@@ -36,7 +36,16 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from gregor.cluster.dynamic_configs import DynamicConfigs
-    from gregor.coordinator.group.service import GroupCoordinatorService
+    from gregor.cluster.metadata import ClusterMetadata
+
+
+class GroupsCoordinated(Protocol):
+    """What this module needs of the group coordinator (GroupCoordinatorService, a layer above)."""
+
+    cluster: ClusterMetadata
+
+    def partition_for(self, group_id: str) -> int: ...
+    async def steering_changed(self, group_id: str) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +93,7 @@ def decode_group_config(group_id: str, data: bytes | None) -> dict[str, str]:
 class ZkGroupConfigs:
     """This broker's mirror of ``/config/groups`` and its writes there."""
 
-    def __init__(self, zk: ZkClient, dynamic: DynamicConfigs, groups: GroupCoordinatorService) -> None:
+    def __init__(self, zk: ZkClient, dynamic: DynamicConfigs, groups: GroupsCoordinated) -> None:
         self.zk = zk
         self.dynamic = dynamic
         self.groups = groups
