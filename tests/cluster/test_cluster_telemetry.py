@@ -164,7 +164,12 @@ def test_every_broker_attributes_fetches_to_their_groups_while_the_coordinator_m
         n2 = 200
         produce(cluster.bootstrap, n2)
         wait_for(lambda: all(r.read >= n1 + n2 for r in readers), 90, "phase 2 read")
-        wait_for(lambda: totals(n2, coordinator, phase1), 30, "every broker's counts adding up to phase 2")
+        try:
+            wait_for(lambda: totals(n2, coordinator, phase1), 30, "every broker's counts adding up to phase 2")
+        except AssertionError:
+            raise AssertionError(f"phase 2 counts over all brokers {seen} (expected {n2} per group; restarted "
+                                 f"broker {coordinator}), per broker now {[dict(counts(p)) for p in ports.values()]}, "
+                                 f"after phase 1 {phase1}; reads {[r.read for r in readers]}") from None
         assert [r.read for r in readers] == [n1 + n2, n1 + n2]
         for i, port in ports.items():
             assert not any(g == "__no_group__" and t in TOPICS for (g, t) in counts(port)), f"broker {i}"

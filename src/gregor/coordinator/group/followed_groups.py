@@ -39,6 +39,7 @@ from typing import Any
 
 from gregor.cluster.broker_client import BrokerClients, BrokerUnreachable
 from gregor.cluster.metadata import ClusterMetadata
+from gregor.coordinator.group.api import MemberView
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.timer import Operation
 from gregor.log.log_manager import LogManager
@@ -65,6 +66,9 @@ class NoTimer:
 
     def is_scheduled(self, key: str) -> bool:
         return False
+
+
+WAKE = (OFFSETS_TOPIC, -1)  # notified to wake the follower at once (no partition has this number)
 
 
 class FollowedPartition:
@@ -116,10 +120,24 @@ class FollowedGroups:
         self.on_members_changed = on_members_changed
         self.interval_s = interval_s
         self.followed: dict[int, FollowedPartition] = {}
+        # partition -> (the members its coordinator here had when it unloaded, the log end then):
+        # they stand for the partition until it is followed up to that offset, so that fetches are
+        # attributed without a gap while this broker hands the partition over
+        self.bridges: dict[int, tuple[list[MemberView], int]] = {}
         self._clients = BrokerClients(f"gregor-{cluster.node_id}-groups-follower", request_timeout_ms=10_000)
         self._task: asyncio.Task[None] | None = None
 
     # -- views ---------------------------------------------------------------------------------
+    def bridge(self, partition: int, members: list[MemberView], upto: int) -> None:
+        """This broker stops coordinating ``partition``: ``members`` (its coordinator's last view)
+        stand for it until it is followed up to ``upto``, and it is followed from now on."""
+        self.bridges[partition] = (members, upto)
+        self.logs.notifier.notify(WAKE)
+
+    def bridged_members(self) -> Iterator[MemberView]:
+        for members, _upto in list(self.bridges.values()):
+            yield from members
+
     def shards(self) -> Iterator[GroupCoordinatorShard]:
         for fp in list(self.followed.values()):
             yield fp.shard
@@ -147,8 +165,9 @@ class FollowedGroups:
                 raise
             except Exception:  # noqa: BLE001 - following must survive anything and try again
                 log.exception("following %s failed; trying again", OFFSETS_TOPIC)
-            # woken as soon as a followed replica here grows (the replica fetcher notifies)
-            await self.logs.notifier.wait([(OFFSETS_TOPIC, p) for p in self.followed], self.interval_s)
+            # woken as soon as a followed replica here grows (the replica fetcher notifies), or a
+            # partition is handed over to be followed (bridge)
+            await self.logs.notifier.wait([(OFFSETS_TOPIC, p) for p in self.followed] + [WAKE], self.interval_s)
 
     def stop_following(self, partition: int) -> None:
         """This broker now coordinates ``partition`` (its loaded shard answers from now on)."""
@@ -164,15 +183,24 @@ class FollowedGroups:
         for p in list(self.followed):
             if p not in wanted:
                 self.stop_following(p)
+        for p in list(self.bridges):
+            if p not in wanted:
+                del self.bridges[p]  # coordinated here again
         remote: dict[int, list[FollowedPartition]] = {}
         changed = False
         for p in sorted(wanted):
             fp = self.followed.get(p)
             if fp is None:
                 fp = self.followed[p] = FollowedPartition(p, self.make_shard(p))
+                log.info("following %s-%d (coordinated by broker %d) for fetch attribution", OFFSETS_TOPIC, p,
+                         self.cluster.partition(OFFSETS_TOPIC, p).leader)
             plog = self.logs.get(OFFSETS_TOPIC, p)
             if plog is not None:
                 changed |= await self._read_local(fp, plog)
+                bridged = self.bridges.get(p)
+                if bridged is not None and self.followed[p].position >= min(bridged[1], plog.log_end_offset):
+                    del self.bridges[p]  # followed far enough: its own view takes over
+                    changed = True
             else:
                 leader = self.cluster.partition(OFFSETS_TOPIC, p).leader
                 if leader >= 0 and leader != self.cluster.node_id:

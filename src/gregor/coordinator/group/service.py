@@ -204,6 +204,9 @@ class GroupCoordinatorService:
     def unload(self, partition: int) -> None:
         runtime = self.runtimes.pop(partition, None)
         if runtime is not None:
+            if self.followed is not None and runtime.state is ShardState.ACTIVE and runtime.shard is not None:
+                # fetches keep being attributed while the partition is followed from its replica
+                self.followed.bridge(partition, list(_members_of(runtime.shard)), runtime.plog.log_end_offset)
             runtime.unload()
             self._bump_membership()
 
@@ -544,20 +547,13 @@ class GroupCoordinatorService:
         return v.offset if v is not None else None
 
     def consumer_members(self) -> Iterator[MemberView]:
-        """Members of consumer groups that are neither Empty nor Dead (in a cluster: of every group)."""
+        """Members of consumer groups that are neither Empty nor Dead (in a cluster: of every group,
+        and of a partition this broker just stopped coordinating, its last view until it is
+        followed again)."""
         for shard in self._member_shards():
-            for group in shard.groups.values():
-                if group.protocol_type != "consumer" or group.is_in(GroupState.DEAD, GroupState.EMPTY):
-                    continue
-                for m in group.members.values():
-                    yield MemberView(group.group_id, m.client_id, m.client_host.lstrip("/"), m.assignment)
-            for cg in shard.consumer_groups.values():  # consumer-protocol groups: what each member holds
-                names = {tid: name for name, (tid, _n) in cg.subscription_metadata.items()}
-                for cm in cg.members.values():
-                    held = [(names[t], sorted(ps)) for t, ps in cm.assigned.items() if t in names]
-                    if held:
-                        yield MemberView(cg.group_id, cm.client_id, cm.client_host.lstrip("/"),
-                                         encode_assignment(held))
+            yield from _members_of(shard)
+        if self.followed is not None:
+            yield from self.followed.bridged_members()
 
     def load_seconds(self) -> dict[int, float]:
         """How long the last load of each partition took."""
@@ -580,6 +576,22 @@ class GroupCoordinatorService:
             else:
                 removed += count
         log.info("Removed %d offsets associated with deleted topic %s", removed, topic)
+
+
+def _members_of(shard: GroupCoordinatorShard) -> Iterator[MemberView]:
+    """The members of a shard's groups with what each is assigned (classic groups: the leader's
+    assignment; consumer-protocol groups: what each member holds), for fetch attribution."""
+    for group in shard.groups.values():
+        if group.protocol_type != "consumer" or group.is_in(GroupState.DEAD, GroupState.EMPTY):
+            continue
+        for m in group.members.values():
+            yield MemberView(group.group_id, m.client_id, m.client_host.lstrip("/"), m.assignment)
+    for cg in shard.consumer_groups.values():
+        names = {tid: name for name, (tid, _n) in cg.subscription_metadata.items()}
+        for cm in cg.members.values():
+            held = [(names[t], sorted(ps)) for t, ps in cm.assigned.items() if t in names]
+            if held:
+                yield MemberView(cg.group_id, cm.client_id, cm.client_host.lstrip("/"), encode_assignment(held))
 
 
 def _log_removed(topic: str, shard: str, done: Deferred[int]) -> None:
