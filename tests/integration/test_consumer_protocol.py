@@ -325,3 +325,44 @@ def test_describe_names_the_member_that_holds_the_group_in_closing(broker):
     wait_for(lambda: len(other.owned()) == 6 and len(slow.owned()) == 6, 30, "the move completed")
     for m in (slow, other):
         m.stop()
+
+
+def test_subscription_by_regular_expression_picks_up_new_topics(broker):
+    """librdkafka subscribes to ^orders-.* (sent as SubscribedTopicRegex): the members read the
+    matching topics, nothing else, and a matching topic created later without any client action."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for t in ("orders-eu", "orders-us", "payments"):
+        admin.create_topics([NewTopic(t, 2)])[t].result(10)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+
+    def write(topic: str, n: int) -> None:
+        for i in range(n):
+            p.produce(topic, str(i).encode(), partition=i % 2)
+        assert p.flush(10) == 0
+
+    for t in ("orders-eu", "orders-us", "payments"):
+        write(t, 20)
+    got: dict[str, int] = {}
+    stop = threading.Event()
+
+    def consume() -> None:
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-regex", "group.protocol": "consumer",
+                      "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})
+        c.subscribe(["^orders-.*"])
+        while not stop.is_set():
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got[m.topic()] = got.get(m.topic(), 0) + 1
+        c.close()
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: got.get("orders-eu") == 20 and got.get("orders-us") == 20, 30, "the matching topics read")
+        admin.create_topics([NewTopic("orders-apac", 2)])["orders-apac"].result(10)
+        write("orders-apac", 20)
+        wait_for(lambda: got.get("orders-apac") == 20, 60, "a matching topic created later read")
+        assert "payments" not in got
+    finally:
+        stop.set()
+        t.join(30)

@@ -23,7 +23,10 @@ import enum
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gregor.coordinator.group.subscriptions import ResolvedRegex
 
 TopicId = uuid.UUID
 Assignment = dict[TopicId, frozenset[int]]
@@ -108,6 +111,10 @@ class ConsumerGroup:
     # topic name -> partition count the target was computed for (ConsumerGroupPartitionMetadata)
     subscription_metadata: dict[str, tuple[TopicId, int]] = field(default_factory=dict)
     metadata_hash: int = 0
+    # regex -> how many members subscribe to it, and what each regex resolved to
+    # (ConsumerGroupRegularExpression records; subscriptions.py)
+    regex_subscribers: dict[str, int] = field(default_factory=dict)
+    resolved_regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
     state_since_ms: int = -1
     # not persisted: what each member last reported owning, since when each member is in its
     # state, how many active members are stable at each epoch (so the state is O(1))
@@ -196,6 +203,7 @@ class ConsumerGroup:
         if old is not None:
             self._release(old)
             self._count(old, -1)
+            self._count_regex(old, -1)
         if old is None or old.state is not member.state or old.member_epoch != member.member_epoch:
             self.member_since_ms[member.member_id] = now_ms
         self.members[member.member_id] = member
@@ -203,6 +211,7 @@ class ConsumerGroup:
             self.static_members[member.instance_id] = member.member_id
         self._hold(member)
         self._count(member, 1)
+        self._count_regex(member, 1)
 
     def _count(self, member: ConsumerMember, delta: int) -> None:
         if member.member_epoch == STATIC_LEAVE_EPOCH:
@@ -211,12 +220,22 @@ class ConsumerGroup:
         if member.state is MemberState.STABLE:
             self.stable_at[member.member_epoch] = self.stable_at.get(member.member_epoch, 0) + delta
 
+    def _count_regex(self, member: ConsumerMember, delta: int) -> None:
+        regex = member.subscribed_topic_regex
+        if regex:
+            n = self.regex_subscribers.get(regex, 0) + delta
+            if n > 0:
+                self.regex_subscribers[regex] = n
+            else:
+                self.regex_subscribers.pop(regex, None)
+
     def remove_member(self, member_id: str) -> ConsumerMember | None:
         old = self.members.pop(member_id, None)
         if old is None:
             return None
         self._release(old)
         self._count(old, -1)
+        self._count_regex(old, -1)
         self.member_since_ms.pop(member_id, None)
         if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
             del self.static_members[old.instance_id]

@@ -42,6 +42,13 @@ from gregor.coordinator.group.consumer_group import (
 )
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.reconciliation import reconcile
+from gregor.coordinator.group.subscriptions import (
+    RegexSubscriptions,
+    ResolvedRegex,
+    resolved_from,
+    subscribed_topic_ids,
+    subscribed_topics,
+)
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.protocol.consumer_offsets import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -52,6 +59,7 @@ from gregor.protocol.consumer_offsets import (
     ConsumerGroupMetadataValue,
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupRegularExpressionKey,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -65,12 +73,13 @@ log = logging.getLogger("gregor.coordinator")
 Result = CoordinatorResult[ConsumerHeartbeatResult]
 CONSUMER_GROUP_KEYS = (ConsumerGroupMetadataKey, ConsumerGroupPartitionMetadataKey, ConsumerGroupMemberMetadataKey,
                        ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
-                       ConsumerGroupCurrentMemberAssignmentKey)
+                       ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupRegularExpressionKey)
 
 
 # refusals worth a line in the log (the others are a member's ordinary way back into its group)
 _LOGGED = {ErrorCode.invalid_request, ErrorCode.unsupported_assignor, ErrorCode.group_max_size_reached,
-           ErrorCode.unreleased_instance_id, ErrorCode.fenced_instance_id, ErrorCode.group_id_not_found}
+           ErrorCode.unreleased_instance_id, ErrorCode.fenced_instance_id, ErrorCode.group_id_not_found,
+           ErrorCode.invalid_regular_expression}
 
 
 def session_key(group_id: str, member_id: str) -> str:
@@ -136,6 +145,8 @@ def group_tombstones(group_id: str) -> list[Record]:
 class ConsumerGroupManager:
     def __init__(self, ctx: ShardContext) -> None:
         self.ctx = ctx
+        # subscriptions by regular expression (the service gives it the topic catalogue)
+        self.regexes = RegexSubscriptions(ctx, self._refresh_regexes)
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -183,8 +194,6 @@ class ConsumerGroupManager:
                 raise _invalid("InstanceId can't be null.")
         else:
             raise _invalid("MemberEpoch is invalid.")
-        if req.subscribed_topic_regex:  # "" clears a regex (librdkafka sends it with topic names)
-            raise KafkaError(ErrorCode.invalid_request, "SubscribedTopicRegex is not supported yet.")
         if req.server_assignor is not None and req.server_assignor not in self.ctx.config.consumer_assignors:
             raise KafkaError(ErrorCode.unsupported_assignor,
                              f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
@@ -237,7 +246,6 @@ class ConsumerGroupManager:
             records.append(member_record(group.group_id, new))
             records.append(target_record(group.group_id, member_id, group.target_of(existing.member_id)))
             records.append(current_assignment_record(group.group_id, new))
-            self._cancel_timers(group.group_id, existing.member_id)
             log.info("[GroupId %s] Static member with instance id %s rejoins as %s, replacing %s",
                      group.group_id, req.instance_id, member_id, existing.member_id)
             return new
@@ -278,14 +286,18 @@ class ConsumerGroupManager:
             subscribed_topic_regex=(req.subscribed_topic_regex or None if req.subscribed_topic_regex is not None
                                     else member.subscribed_topic_regex),
             client_id=req.client_id, client_host=req.client_host)
-        bump = not updated.same_subscription(member)
+        bump = updated.subscribed_topic_names != member.subscribed_topic_names or group.group_epoch == 0
         if not updated.same_metadata(member):
             records.append(member_record(group.group_id, updated))
+        # a regex new to the group is validated and resolved by a refresh; one nobody uses is tombstoned
+        regexes = self.regexes.update(group, updated)
+        records += regexes.records
+        bump |= regexes.bump
         # the group's members as they will be, and the subscribed topics' ids and partition counts
         members = {mid: m for mid, m in group.members.items() if m.instance_id is None
                    or m.instance_id != updated.instance_id}
         members[member_id] = updated
-        metadata = self._subscription_metadata(members)
+        metadata = self._subscription_metadata(members, group.resolved_regexes)
         if metadata != group.subscription_metadata:
             records.append(subscription_metadata_record(group.group_id, metadata))
             bump = True
@@ -319,8 +331,11 @@ class ConsumerGroupManager:
             else:
                 self.ctx.timer.cancel(rebalance_key(group.group_id, member_id))
         self._schedule_session_timeout(group.group_id, member_id)
-        full = joining or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None
-                           and req.owned is not None)
+        old_static = group.static_member(req.instance_id)
+        if old_static is not None and old_static.member_id != member_id:
+            self._cancel_timers(group.group_id, old_static.member_id)  # replaced: only once all checks passed
+        full = joining or (req.rebalance_timeout_ms != -1 and req.owned is not None
+                           and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
         changed = reconciled.assigned != member.assigned
         response = ConsumerHeartbeatResult(ErrorCode.none, None, member_id, reconciled.member_epoch,
                                            self.heartbeat_interval_ms(group.group_id),
@@ -345,15 +360,30 @@ class ConsumerGroupManager:
         log.warning("[GroupId %s] %s for %.1f s (group epoch %d): held up by %s", group.group_id, phase,
                     waited / 1000, group.group_epoch, who)
 
-    def _subscription_metadata(self, members: dict[str, ConsumerMember]) -> dict[str, tuple[TopicId, int]]:
+    def _subscription_metadata(self, members: dict[str, ConsumerMember], resolved: dict[str, ResolvedRegex]
+                               ) -> dict[str, tuple[TopicId, int]]:
         out: dict[str, tuple[TopicId, int]] = {}
-        for m in members.values():
-            for name in m.subscribed_topic_names:
-                if name not in out:
-                    meta = self.ctx.topic_metadata(name)
-                    if meta is not None:
-                        out[name] = meta
+        for name in subscribed_topics(members.values(), resolved):
+            meta = self.ctx.topic_metadata(name)
+            if meta is not None:
+                out[name] = meta
         return out
+
+    def _refresh_regexes(self, group_id: str) -> CoordinatorResult[None]:
+        """Resolves the group's regexes again (a timer operation): their records, and a new group
+        epoch when their topics changed."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return CoordinatorResult()
+        records, changed, resolved = self.regexes.refresh(group)
+        metadata = self._subscription_metadata(group.members, resolved)
+        if metadata != group.subscription_metadata:
+            records.append(subscription_metadata_record(group_id, metadata))
+            changed = True
+        if changed:
+            records.append(epoch_record(group_id, group.group_epoch + 1))
+            log.info("[GroupId %s] Bumped group epoch to %d", group_id, group.group_epoch + 1)
+        return CoordinatorResult(records)
 
     def _target_assignment(self, group: ConsumerGroup, epoch: int, members: dict[str, ConsumerMember],
                            metadata: dict[str, tuple[TopicId, int]], records: list[Record]) -> dict[str, Assignment]:
@@ -363,9 +393,9 @@ class ConsumerGroupManager:
         name = self._assignor_name(members)
         specs = {}
         infos = {}
+        subscribed = subscribed_topic_ids(members, group.resolved_regexes, metadata)
         for mid, m in members.items():
-            subscribed = frozenset(metadata[t][0] for t in m.subscribed_topic_names if t in metadata)
-            specs[mid] = assignors.MemberSpec(mid, m.instance_id, m.rack_id, subscribed, group.target_of(mid))
+            specs[mid] = assignors.MemberSpec(mid, m.instance_id, m.rack_id, subscribed[mid], group.target_of(mid))
             infos[mid] = steering.MemberInfo(mid, m.instance_id, m.client_host, specs[mid])
         partitions = {tid: n for tid, n in metadata.values()}
         spec = assignors.GroupSpec(specs, partitions)
@@ -475,8 +505,9 @@ class ConsumerGroupManager:
 
     def _fence_records(self, group: ConsumerGroup, member: ConsumerMember) -> list[Record]:
         records = removal_records(group.group_id, member.member_id)
+        records += self.regexes.removal_records(group, [member])
         rest = {mid: m for mid, m in group.members.items() if mid != member.member_id}
-        metadata = self._subscription_metadata(rest)
+        metadata = self._subscription_metadata(rest, group.resolved_regexes)
         if metadata != group.subscription_metadata:
             records.append(subscription_metadata_record(group.group_id, metadata))
         records.append(epoch_record(group.group_id, group.group_epoch + 1))
@@ -568,6 +599,11 @@ class ConsumerGroupManager:
                 self._replayed_group(gid).assignment_epoch = value.assignment_epoch
         elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
             self._replay_current_assignment(gid, key.member_id, value)
+        elif isinstance(key, ConsumerGroupRegularExpressionKey):
+            if value is not None:
+                self._replayed_group(gid).resolved_regexes[key.regular_expression] = resolved_from(value)
+            elif gid in self.groups:
+                self.groups[gid].resolved_regexes.pop(key.regular_expression, None)
         group = self.groups.get(gid)
         if group is not None:
             group.note_state(self._now())
@@ -622,7 +658,10 @@ class ConsumerGroupManager:
                                  group.assignment_epoch, self._assignor_name(group.members), members, names)
 
     def delete_group(self, group_id: str) -> list[Record]:
-        return group_tombstones(group_id)
+        group = self.groups.get(group_id)
+        regexes = self.regexes.removal_records(group, group.members.values()) if group is not None else []
+        target, *rest = group_tombstones(group_id)
+        return [target, *regexes, *rest]  # Kafka's order: the regexes before the metadata
 
 
 _STATE_NAMES = {MemberState.STABLE: "Stable", MemberState.UNREVOKED_PARTITIONS: "UnrevokedPartitions",

@@ -59,6 +59,7 @@ from gregor.coordinator.group.locator import (
 )
 from gregor.coordinator.group.model import GroupState
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
+from gregor.coordinator.group.subscriptions import TopicCatalogue
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.coordinator.runtime.timer import Timer
@@ -119,6 +120,8 @@ class GroupCoordinatorService:
         self.num_partitions = config["offsets.topic.num.partitions"]
         self._watchdog: asyncio.Task[None] | None = None
         self._membership_version = 0
+        # the topics that consumer groups' regular expressions match (one view for every shard)
+        self.topic_catalogue = TopicCatalogue(lambda: self.topics.by_name.keys())
         # in a cluster: shards follow leadership of their partitions (attach_replication)
         self._append_internal: Callable[[str, int, bytes], int] | None = None
         # in a cluster: every other partition's groups, followed read-only (metrics attribution)
@@ -216,6 +219,7 @@ class GroupCoordinatorService:
         shard = GroupCoordinatorShard(partition, self.config, now_ms, timer, topic_exists=self._topic_exists,
                                       topic_metadata=self._topic_metadata)
         shard.ctx.group_settings = self.group_settings
+        shard.consumer_mgr.regexes.catalogue = self.topic_catalogue
         shard.ctx.on_membership_change = self._bump_membership
         return shard
 
