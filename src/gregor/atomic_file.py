@@ -4,11 +4,14 @@ fsync the directory."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    """Two writers of the same file (the event loop and a worker thread) each use a temporary file
+    of their own, so neither renames the other's away; the last rename wins whole."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -422,7 +422,9 @@ class ReplicaManager:
         interval = int(self.config["replica.high.watermark.checkpoint.interval.ms"]) / 1000
         while True:
             await asyncio.sleep(interval)
-            await asyncio.to_thread(self.write_hwm_checkpoint)
+            entries = self.logs.hwm_checkpoint_entries()  # on the loop, where the logs change
+            if entries is not None:
+                await asyncio.to_thread(self.logs.write_hwm_entries, entries)
 
     # -- ISR changes: conditional writes of the state node -----------------------------------
     def _change_isr(self, part: Partition, new_isr: list[int], why: str) -> None:

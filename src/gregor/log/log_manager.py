@@ -254,12 +254,22 @@ class LogManager:
         replicated yet (the replica manager may not have reached them since start-up). Nothing is
         written while no log was ever replicated (one node). False if the write failed (the
         previous file stays, only older)."""
+        entries = self.hwm_checkpoint_entries()
+        return True if entries is None else self.write_hwm_entries(entries)
+
+    def hwm_checkpoint_entries(self) -> dict[tuple[str, int], int] | None:
+        """What ``replication-offset-checkpoint`` holds now (None: nothing to write), read on the
+        event loop, which is the only place the logs change."""
         if not self._any_replicated and not self.hwm_checkpoint:
-            return True
+            return None
         entries = {tp: v for tp, v in self.hwm_checkpoint.items() if tp in self.logs}
-        for tp, plog in self.logs.items():
+        for tp, plog in list(self.logs.items()):
             if plog.replicated:
                 entries[tp] = plog.high_watermark
+        return entries
+
+    def write_hwm_entries(self, entries: dict[tuple[str, int], int]) -> bool:
+        """Write them (from any thread); False if the write failed (the previous file stays)."""
         try:
             write_checkpoint(self.data_dir / REPLICATION_CHECKPOINT, entries)
         except OSError as e:
