@@ -114,6 +114,7 @@ class ConsumerGroup:
     # regex -> how many members subscribe to it, and what each regex resolved to
     # (ConsumerGroupRegularExpression records; subscriptions.py)
     regex_subscribers: dict[str, int] = field(default_factory=dict)
+    topic_subscribers: dict[str, int] = field(default_factory=dict)  # topic name -> members naming it
     resolved_regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
     state_since_ms: int = -1
     # not persisted: what each member last reported owning, since when each member is in its
@@ -204,6 +205,7 @@ class ConsumerGroup:
             self._release(old)
             self._count(old, -1)
             self._count_regex(old, -1)
+            self._count_topics(old, -1)
         if old is None or old.state is not member.state or old.member_epoch != member.member_epoch:
             self.member_since_ms[member.member_id] = now_ms
         self.members[member.member_id] = member
@@ -212,6 +214,7 @@ class ConsumerGroup:
         self._hold(member)
         self._count(member, 1)
         self._count_regex(member, 1)
+        self._count_topics(member, 1)
 
     def _count(self, member: ConsumerMember, delta: int) -> None:
         if member.member_epoch == STATIC_LEAVE_EPOCH:
@@ -219,6 +222,14 @@ class ConsumerGroup:
         self.active += delta
         if member.state is MemberState.STABLE:
             self.stable_at[member.member_epoch] = self.stable_at.get(member.member_epoch, 0) + delta
+
+    def _count_topics(self, member: ConsumerMember, delta: int) -> None:
+        for name in member.subscribed_topic_names:
+            n = self.topic_subscribers.get(name, 0) + delta
+            if n > 0:
+                self.topic_subscribers[name] = n
+            else:
+                self.topic_subscribers.pop(name, None)
 
     def _count_regex(self, member: ConsumerMember, delta: int) -> None:
         regex = member.subscribed_topic_regex
@@ -236,6 +247,7 @@ class ConsumerGroup:
         self._release(old)
         self._count(old, -1)
         self._count_regex(old, -1)
+        self._count_topics(old, -1)
         self.member_since_ms.pop(member_id, None)
         if old.instance_id is not None and self.static_members.get(old.instance_id) == member_id:
             del self.static_members[old.instance_id]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from gregor.assignment import assignors, steering
@@ -293,11 +294,20 @@ class ConsumerGroupManager:
         regexes = self.regexes.update(group, updated)
         records += regexes.records
         bump |= regexes.bump
-        # the group's members as they will be, and the subscribed topics' ids and partition counts
-        members = {mid: m for mid, m in group.members.items() if m.instance_id is None
+        # the subscribed topics' ids and partition counts (new partitions, topics created or deleted)
+        steady = group.members.get(member_id) is member and updated.same_subscription(member)
+
+        def members_after() -> dict[str, ConsumerMember]:
+            """The group's members as this heartbeat leaves them (a replaced static member out)."""
+            out = {mid: m for mid, m in group.members.items() if m.instance_id is None
                    or m.instance_id != updated.instance_id}
-        members[member_id] = updated
-        metadata = self._subscription_metadata(members, group.resolved_regexes)
+            out[member_id] = updated
+            return out
+
+        if steady:  # the group's subscriptions are as replayed: per topic, not per member
+            metadata = self._metadata_of(self._group_topic_names(group))
+        else:
+            metadata = self._subscription_metadata(members_after(), group.resolved_regexes)
         if metadata != group.subscription_metadata:
             records.append(subscription_metadata_record(group.group_id, metadata))
             bump = True
@@ -308,7 +318,8 @@ class ConsumerGroupManager:
             log.info("[GroupId %s] Bumped group epoch to %d", group.group_id, group_epoch)
         if group_epoch > group.assignment_epoch:
             target_epoch = group_epoch
-            target = self._target_assignment(group, group_epoch, members, metadata, records).get(member_id, {})
+            target = self._target_assignment(group, group_epoch, members_after(), metadata, records).get(member_id,
+                                                                                                       {})
         else:
             target_epoch = group.assignment_epoch
             replaced = group.static_member(updated.instance_id)
@@ -362,12 +373,25 @@ class ConsumerGroupManager:
 
     def _subscription_metadata(self, members: dict[str, ConsumerMember], resolved: dict[str, ResolvedRegex]
                                ) -> dict[str, tuple[TopicId, int]]:
+        return self._metadata_of(subscribed_topics(members.values(), resolved))
+
+    def _metadata_of(self, names: Iterable[str]) -> dict[str, tuple[TopicId, int]]:
         out: dict[str, tuple[TopicId, int]] = {}
-        for name in subscribed_topics(members.values(), resolved):
+        for name in names:
             meta = self.ctx.topic_metadata(name)
             if meta is not None:
                 out[name] = meta
         return out
+
+    @staticmethod
+    def _group_topic_names(group: ConsumerGroup) -> set[str]:
+        """The topics the group's members subscribe to, from the group's per-topic counts."""
+        names = set(group.topic_subscribers)
+        for regex in group.regex_subscribers:
+            r = group.resolved_regexes.get(regex)
+            if r is not None:
+                names |= r.topics
+        return names
 
     def _refresh_regexes(self, group_id: str) -> CoordinatorResult[None]:
         """Resolves the group's regexes again (a timer operation): their records, and a new group
