@@ -257,7 +257,7 @@ KEYS: dict[str, Key] = {
         Key("group.max.session.timeout.ms", _POS_INT, 1800000, "largest session timeout"),
         Key("group.max.size", _int_range(1, INT_MAX), INT_MAX, "members per group"),
         Key("group.coordinator.rebalance.protocols", _names_of(REBALANCE_PROTOCOLS, "protocols", "classic"),
-            ("classic",), "group protocols served: classic (JoinGroup/SyncGroup) and consumer (KIP-848, "
+            REBALANCE_PROTOCOLS, "group protocols served: classic (JoinGroup/SyncGroup) and consumer (KIP-848, "
             "ConsumerGroupHeartbeat; advertised in ApiVersions only when listed)"),
         Key("group.consumer.session.timeout.ms", _int_range(1, INT_MAX), 45000,
             "consumer-protocol members: no heartbeat for this long and the member is removed"),
