@@ -366,3 +366,38 @@ def test_subscription_by_regular_expression_picks_up_new_topics(broker):
     finally:
         stop.set()
         t.join(30)
+
+
+def test_freeze_and_fallback_with_real_consumers(broker):
+    """Frozen: a member that joins gets nothing, the partitions of one that leaves go to the
+    others; a --fallback pin goes to another member while its member is away and comes back to it;
+    a pin without it waits, unassigned."""
+    members = {i: GroupConsumer(f"f{i}", broker.bootstrap, "g-freeze", TOPIC, protocol="consumer",
+                                instance_id=f"fz-{i}").start() for i in range(2)}
+    wait_for(lambda: spread(list(members.values()), 2), 30, "two members holding 6 partitions each")
+    assert cli_run(broker, "groups", "assign", "g-freeze", "--freeze").returncode == 0
+    before = {i: m.owned() for i, m in members.items()}
+    late = GroupConsumer("late", broker.bootstrap, "g-freeze", TOPIC, protocol="consumer", instance_id="fz-late").start()
+    time.sleep(3)  # several heartbeats: nothing moves
+    assert late.owned() == set() and {i: m.owned() for i, m in members.items()} == before
+    members[1].stop()
+    wait_for(lambda: members[0].owned() == set(range(PARTITIONS)) and late.owned() == set(), 30,
+             "the leaver's partitions go to the established member only")
+    assert cli_run(broker, "groups", "assign", "g-freeze", "--unfreeze").returncode == 0
+    wait_for(lambda: len(late.owned()) == 6 and len(members[0].owned()) == 6, 30, "balanced once unfrozen")
+
+    # pins: partition 0 waits for fz-late, partition 1 falls back while fz-late is away
+    out = cli_run(broker, "groups", "assign", "g-freeze", "--pin", f"{TOPIC}:0=fz-late")
+    assert out.returncode == 0, out.stderr
+    out = cli_run(broker, "groups", "assign", "g-freeze", "--pin", f"{TOPIC}:1=fz-late", "--fallback")
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: {0, 1} <= late.owned(), 30, "both pins honoured")
+    late.stop()
+    wait_for(lambda: members[0].owned() == set(range(1, PARTITIONS)), 30,
+             "partition 1 falls back to the other member, partition 0 waits unassigned")
+    back = GroupConsumer("back", broker.bootstrap, "g-freeze", TOPIC, protocol="consumer",
+                         instance_id="fz-late").start()
+    wait_for(lambda: {0, 1} <= back.owned() and len(back.owned()) + len(members[0].owned()) == PARTITIONS, 30,
+             "both pinned partitions back with their member")
+    for m in (members[0], back):
+        m.stop()
