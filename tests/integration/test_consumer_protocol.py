@@ -377,7 +377,8 @@ def test_freeze_and_fallback_with_real_consumers(broker):
     wait_for(lambda: spread(list(members.values()), 2), 30, "two members holding 6 partitions each")
     assert cli_run(broker, "groups", "assign", "g-freeze", "--freeze").returncode == 0
     before = {i: m.owned() for i, m in members.items()}
-    late = GroupConsumer("late", broker.bootstrap, "g-freeze", TOPIC, protocol="consumer", instance_id="fz-late").start()
+    late = GroupConsumer("late", broker.bootstrap, "g-freeze", TOPIC, protocol="consumer",
+                         instance_id="fz-late").start()
     time.sleep(3)  # several heartbeats: nothing moves
     assert late.owned() == set() and {i: m.owned() for i, m in members.items()} == before
     members[1].stop()
