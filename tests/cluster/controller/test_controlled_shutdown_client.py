@@ -32,7 +32,7 @@ class ControllerEndpoint:
         return self.server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        dispatcher = Dispatcher(types.SimpleNamespace(metrics=None, controller=self.controller))  # type: ignore[arg-type]
+        dispatcher = Dispatcher(types.SimpleNamespace(metrics=None, config=None, controller=self.controller))  # type: ignore[arg-type]
         try:
             while True:
                 size = int.from_bytes(await reader.readexactly(4), "big")
