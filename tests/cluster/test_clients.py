@@ -870,7 +870,7 @@ def test_gregor_cli_against_any_broker_through_a_leader_and_coordinator_sigkill(
                                what="a new coordinator")
     for i in survivors:
         assert lags(i) == {0: (10, 30, 20), 1: (20, 30, 10), 2: (30, 30, 0)}
-        assert listed(i) == [{"group": group, "state": "Empty", "protocol_type": "consumer",
+        assert listed(i) == [{"group": group, "type": "classic", "state": "Empty", "protocol_type": "consumer",
                               "coordinator": new_coordinator}]
         where = cli_json("groups", "coordinator", group, "--bootstrap-server", address[i])
         assert (where["coordinator"], where["partition_leader"], where["status"]) == \
