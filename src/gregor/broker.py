@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from gregor.cluster.zk_broker import BrokerRegistrar
     from gregor.cluster.zk_group_configs import ZkGroupConfigs
 
+LEAVE_TIMEOUT_S = 60  # controlled shutdown (its retries included) and the rest of leaving the cluster
+
 log = logging.getLogger(__name__)
 
 
@@ -191,13 +193,15 @@ class Broker:
                     log.warning("controlled shutdown could not move every leadership away; stopping anyway")
             except Exception:
                 log.exception("controlled shutdown failed; stopping anyway")
+        # no longer a candidate for controller: a broker elected while it stops would handle other
+        # brokers' controlled shutdowns while it leaves itself
+        await self.controller.stop()
         # what this broker served since its last telemetry row, while the telemetry partitions'
         # leaders can still be found (its own leaderships have moved away)
         await self._final_telemetry()
         # Kafka's StopReplica: a broker whose leaderships moved stops fetching at once, so that no
         # leader takes it back into an ISR it is about to leave (acks=all would wait for it)
         await self.replicas.stop()
-        await self.controller.stop()
         if self.registrar is not None:
             await self.registrar.stop()
         from gregor.cluster.zk_metadata import ZkClusterMetadata
@@ -227,7 +231,13 @@ class Broker:
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded), flush, close the logs."""
         if self.zk is not None:
-            await self._leave_cluster()
+            leaving = asyncio.ensure_future(self._leave_cluster())
+            done, _ = await asyncio.wait({leaving}, timeout=LEAVE_TIMEOUT_S)
+            if not done:  # stopping must never hang: what did not finish is logged, the rest goes on
+                log.error("leaving the cluster did not finish within %d s; stopping anyway", LEAVE_TIMEOUT_S)
+                leaving.cancel()
+            elif leaving.exception() is not None:
+                log.error("leaving the cluster failed; stopping anyway", exc_info=leaving.exception())
         if self.listener is not None:
             self.listener.stop_accepting()
         if self.metrics_server is not None:
