@@ -179,3 +179,19 @@ def test_random_steering_never_gives_a_partition_to_two_members(seed):
     wanted = {(TOPICS[t][0], p) for c in clients for t in c.topics for p in range(TOPICS[t][1])}
     owned = set().union(*(c.partitions() for c in clients))
     assert owned == wanted - waiting
+
+
+def test_operations_on_the_steering_keys():
+    """One function applies IncrementalAlterConfigs operations for the broker and the CLI's dry run."""
+    op = steering.apply_operation
+    pins = op("t:1=a,t:2=b", steering.PINS, steering.APPEND, "t:1=c|fallback,t:3=a")
+    assert pins == "t:2=b,t:1=c|fallback,t:3=a"  # a new pin of a partition replaces its old one
+    assert op(pins, steering.PINS, steering.SUBTRACT, "t:1,t:3") == "t:2=b"
+    assert op("a,b", steering.ISOLATED, steering.APPEND, "b,c") == "a,b,c"
+    assert op("a,b", steering.ISOLATED, steering.SUBTRACT, "a") == "b"
+    assert op("x", steering.FROZEN, steering.SET, "true") == "true"
+    assert op("true", steering.FROZEN, steering.DELETE, None) == ""
+    with pytest.raises(SteeringError, match="not a list"):
+        op("false", steering.FROZEN, steering.APPEND, "true")
+    with pytest.raises(SteeringError):
+        op("", steering.PINS, steering.APPEND, "t=a")

@@ -19,11 +19,11 @@ from typing import Any
 from gregor.admin.client import AdminClient, AdminError
 from gregor.admin.output import add_action, emit
 from gregor.assignment import assignors, steering
+from gregor.assignment.steering import APPEND, SET, SUBTRACT
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 
 GROUP_RESOURCE = 32
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 def add_parser(gs: Any) -> None:
@@ -95,19 +95,7 @@ def _apply_locally(values: dict[str, str], entries: list[dict[str, Any]]) -> dic
     """The steering after ``entries``, as the broker applies them (for --dry-run)."""
     new = dict(values)
     for e in entries:
-        key, op, value = e["name"], e["config_operation"], e["value"]
-        old = [i for i in new.get(key, "").split(",") if i]
-        items = [i for i in value.split(",") if i]
-        if op == SET:
-            new[key] = value
-        elif key == steering.PINS:
-            gone = {i.split("=", 1)[0] for i in items}
-            kept = [i for i in old if i.split("=", 1)[0] not in gone]
-            new[key] = ",".join(kept + (items if op == APPEND else []))
-        elif op == APPEND:
-            new[key] = ",".join(dict.fromkeys(old + items))
-        else:
-            new[key] = ",".join(i for i in old if i not in items)
+        new[e["name"]] = steering.apply_operation(new.get(e["name"], ""), e["name"], e["config_operation"], e["value"])
     return new
 
 

@@ -124,6 +124,30 @@ class Steering:
         return not self.pins and not self.isolated and not self.frozen
 
 
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs' operations
+
+
+def apply_operation(current: str, key: str, op: int, value: str | None) -> str:
+    """A steering key's value after one IncrementalAlterConfigs operation, as the broker applies
+    it and the CLI's dry run predicts it: APPEND to the pins replaces the pins of the same
+    partitions, SUBTRACT from them names partitions only (``TOPIC:PARTITION``); the lists keep
+    their order without repeats. SteeringError for an operation the key does not take."""
+    if op == SET:
+        return str(value or "")
+    if op == DELETE:
+        return ""
+    if op not in (APPEND, SUBTRACT):
+        raise SteeringError(f"unknown operation {op} for {key}")
+    if key not in LIST_KEYS:
+        raise SteeringError(f"config {key} is not a list: {'APPEND' if op == APPEND else 'SUBTRACT'} is not allowed")
+    old, items = _items(current), _items(value)
+    if key == PINS:
+        gone = {str(Pin.parse(i)).split("=", 1)[0] if op == APPEND else i.split("=", 1)[0] for i in items}
+        old = [i for i in old if i.split("=", 1)[0] not in gone]
+        return ",".join(dict.fromkeys(old + items if op == APPEND else old))
+    return ",".join(dict.fromkeys(old + items) if op == APPEND else [i for i in old if i not in items])
+
+
 def _items(value: object) -> list[str]:
     return [i for i in str(value or "").split(",") if i.strip()]
 

@@ -315,26 +315,11 @@ class DynamicConfigs:
 
     @staticmethod
     def _steering_entry(new: dict[str, str], key: str, value: str | None, op: int) -> None:
-        if op == DELETE:
-            new.pop(key, None)
-        elif op in (APPEND, SUBTRACT):
-            if key not in steering.LIST_KEYS:
-                name = "APPEND" if op == APPEND else "SUBTRACT"
-                raise KafkaError(ErrorCode.invalid_config, f"config {key} is not a list: {name} is not allowed")
-            if key == steering.PINS and op == APPEND:  # a new pin of a partition replaces its old one
-                added = {str(steering.Pin.parse(i)).split("=", 1)[0] for i in str(value or "").split(",") if i}
-                kept = [i for i in new.get(key, "").split(",") if i and i.split("=", 1)[0] not in added]
-                new[key] = ",".join(kept)
-            if key == steering.PINS and op == SUBTRACT:  # unpin by TOPIC:PARTITION alone
-                gone = {i.split("=", 1)[0] for i in str(value or "").split(",") if i}
-                new[key] = ",".join(i for i in new.get(key, "").split(",") if i and i.split("=", 1)[0] not in gone)
-            else:
-                new[key] = apply_list_op(key, op, value, new.get(key), {key: ""})
-        elif op == SET:
-            new[key] = str(value or "")
-        else:
-            raise KafkaError(ErrorCode.invalid_config, f"unknown operation {op} for {key}")
-        if not new.get(key) and key in steering.LIST_KEYS:
+        try:
+            new[key] = steering.apply_operation(new.get(key, ""), key, op, value)
+        except steering.SteeringError as e:
+            raise KafkaError(ErrorCode.invalid_config, str(e)) from None
+        if not new[key] and (key in steering.LIST_KEYS or op == DELETE):
             new.pop(key, None)
 
     def alter_group(self, group_id: str, entries: list[tuple[str, str | None, int]], validate_only: bool) -> None:
