@@ -350,3 +350,30 @@ def test_phases_name_the_members_that_hold_the_group_up(caplog):
         (b.member_id, "confirm 3 partition(s) it was given")]
     b.beat()  # its heartbeat lists them
     assert h.group().phase() == ("Stable", [])
+
+
+def test_offset_fetch_v9_checks_the_member_and_its_epoch():
+    from gregor.protocol.errors import KafkaError
+
+    h = ConsumerHarness()
+    a = Client(h, ["foo"])
+    a.beat()
+    h.commit("g", {("foo", 0): 5}, generation=a.epoch, member_id=a.member_id)
+    wanted = [("foo", 0)]
+    assert [v.offset for _, v in h.shard.fetch_offsets("g", wanted, a.member_id, a.epoch)] == [5]
+    for member_id, epoch, code in [(a.member_id, a.epoch - 1, ErrorCode.stale_member_epoch),
+                                   (a.member_id, a.epoch + 1, ErrorCode.stale_member_epoch),
+                                   ("who", a.epoch, ErrorCode.unknown_member_id),
+                                   (None, 3, ErrorCode.unknown_member_id)]:
+        with pytest.raises(KafkaError) as e:
+            h.shard.fetch_offsets("g", wanted, member_id, epoch)
+        assert e.value.code == code
+    # without a member (admin tools, clients before v9) anyone may read
+    assert [v.offset for _, v in h.shard.fetch_offsets("g", wanted, None, -1)] == [5]
+    assert [v.offset for _, v in h.shard.fetch_offsets("g", wanted, "", -1)] == [5]
+
+
+def test_offset_fetch_of_a_classic_group_does_not_check_the_member():
+    h = ConsumerHarness()
+    h.commit("c", {("foo", 0): 3})
+    assert [v.offset for _, v in h.shard.fetch_offsets("c", [("foo", 0)], "anyone", 7)] == [3]

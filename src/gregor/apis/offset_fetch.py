@@ -1,5 +1,6 @@
 """OffsetFetch (9): one group (v1-v7) or many (v8+); all partitions when topics is null (v2+).
-Partitions without a commit answer offset -1, as Kafka does."""
+Partitions without a commit answer offset -1, as Kafka does. v9 names the member asking, which a
+consumer-protocol group checks (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 
-def fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[ErrorCode, list[dict[str, Any]]]:
+def fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None,
+                member_epoch: int = -1) -> tuple[ErrorCode, list[dict[str, Any]]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     try:
-        rows = ctx.groups.fetch_offsets(group_id, wanted)
+        rows = ctx.groups.fetch_offsets(group_id, wanted, member_id, member_epoch)
     except KafkaError as e:
         if wanted is None:
             return e.code, []
@@ -39,7 +41,8 @@ async def offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if ctx.version >= 8:
         groups = []
         for g in req.groups:
-            code, topics = fetch_group(ctx, g.group_id, g.topics)
+            member = (g.member_id, g.member_epoch) if ctx.version >= 9 else (None, -1)
+            code, topics = fetch_group(ctx, g.group_id, g.topics, *member)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return {"throttle_time": 0, "groups": groups}
     code, topics = fetch_group(ctx, req.group_id, req.topics)

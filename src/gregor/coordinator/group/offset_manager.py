@@ -35,7 +35,7 @@ from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.protocol.consumer_offsets import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
-from gregor.protocol.errors import ErrorCode
+from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.coordinator")
 
@@ -99,7 +99,22 @@ class OffsetManager:
         return None
 
     # -- OffsetFetch -------------------------------------------------------------------------
-    def fetch(self, group_id: str, partitions: list[TopicPartition] | None) -> OffsetFetchResult:
+    def fetch(self, group_id: str, partitions: list[TopicPartition] | None, member_id: str | None = None,
+              member_epoch: int = -1) -> OffsetFetchResult:
+        """Committed offsets. OffsetFetch v9 names the member asking: for a consumer-protocol group
+        it must be a member at its epoch (Kafka's ConsumerGroup.validateOffsetFetch), else
+        UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH; without a member (admin tools, older clients)
+        anyone may read. Classic groups do not check the member, as in Kafka."""
+        consumer = self.ctx.consumer_groups.get(group_id)
+        if consumer is not None and (member_id or member_epoch >= 0):  # Kafka: null and -1; "" too here
+            member = consumer.members.get(member_id or "")
+            if member is None:
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member {member_id} is not a member of group {group_id}.")
+            if member_epoch != member.member_epoch:
+                raise KafkaError(ErrorCode.stale_member_epoch,
+                                 f"The member epoch {member_epoch} of member {member_id} is stale: the member "
+                                 f"is at epoch {member.member_epoch}.")
         committed = self.offsets.get(group_id, {})
         if partitions is None:
             return sorted(committed.items())

@@ -456,9 +456,12 @@ class GroupCoordinatorService:
         errors: CommitResult = await self._write(req.group_id, lambda shard: shard.commit_offsets(req), timeout=True)
         return errors
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None) -> OffsetFetchResult:
-        """OffsetFetch: ``partitions`` None for every committed partition."""
-        rows: OffsetFetchResult = self._read(group_id, lambda shard: shard.fetch_offsets(group_id, partitions))
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, member_id: str | None = None,
+                      member_epoch: int = -1) -> OffsetFetchResult:
+        """OffsetFetch: ``partitions`` None for every committed partition; ``member_id`` and
+        ``member_epoch`` (v9) are checked against a consumer-protocol group."""
+        rows: OffsetFetchResult = self._read(
+            group_id, lambda shard: shard.fetch_offsets(group_id, partitions, member_id, member_epoch))
         return rows
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> OffsetDeleteResult:

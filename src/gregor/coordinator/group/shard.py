@@ -158,8 +158,9 @@ class GroupCoordinatorShard:
                                 self.expire_offsets)
 
     # -- reads -------------------------------------------------------------------------------
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None) -> OffsetFetchResult:
-        return self.offsets_mgr.fetch(group_id, partitions)
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, member_id: str | None = None,
+                      member_epoch: int = -1) -> OffsetFetchResult:
+        return self.offsets_mgr.fetch(group_id, partitions, member_id, member_epoch)
 
     def describe_group(self, group_id: str) -> GroupDescription:
         if group_id in self.consumer_groups:  # Kafka: DescribeGroups is for classic groups
