@@ -681,6 +681,16 @@ class ConsumerGroupManager:
         return ConsumerGroupView(group.group_id, group.state.value, group.state_since_ms, group.group_epoch,
                                  group.assignment_epoch, self._assignor_name(group.members), members, names)
 
+    def forget(self, group_id: str) -> None:
+        """Drops the group from memory now, with its members' timers (a conversion to a classic
+        group, whose records are not replayed; Kafka: removeGroup)."""
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        for member_id in group.members:
+            self._cancel_timers(group_id, member_id)
+        self.ctx.membership_changed()
+
     def delete_group(self, group_id: str) -> list[Record]:
         group = self.groups.get(group_id)
         regexes = self.regexes.removal_records(group, group.members.values()) if group is not None else []

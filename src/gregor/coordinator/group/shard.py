@@ -42,6 +42,7 @@ from gregor.coordinator.group.consumer_group import ConsumerGroup
 from gregor.coordinator.group.consumer_group_manager import CONSUMER_GROUP_KEYS, ConsumerGroupManager
 from gregor.coordinator.group.context import GroupConfig, ShardContext
 from gregor.coordinator.group.group_manager import GroupManager
+from gregor.coordinator.group.migration import empty_consumer_group_tombstones
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.group.offset_manager import OffsetManager
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
@@ -92,7 +93,20 @@ class GroupCoordinatorShard:
 
     # -- writes (each returns a CoordinatorResult) --------------------------------------------
     def join_group(self, req: JoinRequest) -> CoordinatorResult[JoinResult]:
-        return self.groups_mgr.join_group(req)
+        consumer = self.consumer_groups.get(req.group_id)
+        if consumer is None:
+            return self.groups_mgr.join_group(req)
+        # a group id names one group: a classic JoinGroup never creates a second group beside a
+        # consumer-protocol one (Kafka: classicGroupJoin)
+        if consumer.members:
+            return CoordinatorResult([], JoinResult(error=ErrorCode.inconsistent_group_protocol,
+                                                    member_id=req.member_id), False)
+        cfg = self.ctx.config
+        if req.member_id or not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
+            return self.groups_mgr.join_group(req)  # refused as for a group that does not exist
+        records = empty_consumer_group_tombstones(self.ctx, self.consumer_mgr, req.group_id)
+        result = self.groups_mgr.join_group(req)
+        return CoordinatorResult(records + list(result.records), result.response, result.replay_records)
 
     def sync_group(self, req: SyncRequest) -> CoordinatorResult[SyncResult]:
         return self.groups_mgr.sync_group(req)
