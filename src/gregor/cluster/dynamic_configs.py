@@ -120,6 +120,7 @@ class DynamicConfigs:
         self.groups_in_zookeeper = bool(config["zookeeper.connect"])
         self.group_store: ZkGroupConfigs | None = None
         self.file_groups: dict[str, dict[str, str]] = {}
+        self._group_defaults: dict[str, Any] | None = None  # built once per broker-config change
 
     # -- persistence -------------------------------------------------------------------------
     def load(self) -> None:
@@ -229,6 +230,7 @@ class DynamicConfigs:
 
     def _apply(self, values: dict[str, Any]) -> None:
         cfg = self.config
+        self._group_defaults = None
         cfg.values.clear()
         cfg.values.update(values)
         logs = self.logs
@@ -257,17 +259,22 @@ class DynamicConfigs:
         return _as_int(self.config.ignored.get(key), default)
 
     def group_defaults(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, (broker_key, default, _lo, _hi) in GROUP_KEYS.items():
-            out[key] = self._broker_value(broker_key, default) if isinstance(default, int) else default
-        out.update({steering.PINS: "", steering.ISOLATED: "", steering.FROZEN: "false"})
-        return out
+        """Every group's values before its own overrides: the broker's group.* keys (a fresh
+        dict; the broker's values are read again only after its configuration changes)."""
+        if self._group_defaults is None:
+            out: dict[str, Any] = {}
+            for key, (broker_key, default, _lo, _hi) in GROUP_KEYS.items():
+                out[key] = self._broker_value(broker_key, default) if isinstance(default, int) else default
+            out.update({steering.PINS: "", steering.ISOLATED: "", steering.FROZEN: "false"})
+            self._group_defaults = out
+        return dict(self._group_defaults)
 
     def group_config(self, group_id: str) -> tuple[dict[str, Any], dict[str, str]]:
-        """(effective values, overrides) of a group."""
+        """(effective values, overrides) of a group (read on every consumer-protocol heartbeat)."""
         overrides = self.groups.get(group_id, {})
         values = self.group_defaults()
-        values.update(overrides)
+        if overrides:
+            values.update(overrides)
         return values, overrides
 
     def preview_group(self, group_id: str, entries: list[tuple[str, str | None, int]],
