@@ -60,6 +60,7 @@ from tests.support.group_load import (
     Gaps,
     GroupConsumer,
     acknowledged_before,
+    commits_going_backwards,
     gaps,
     groups_on,
     offsets_topic_ready,
@@ -190,13 +191,7 @@ class GroupWatch:
 
     def backwards(self) -> list[str]:
         """Every time a partition's committed offset was read lower than before."""
-        out, highest = [], {}
-        for t, offsets in self.commits:
-            for p, o in offsets.items():
-                if p in highest and o < highest[p]:
-                    out.append(f"partition {p}: committed {o} at {t:.3f} after {highest[p]}")
-                highest[p] = max(highest.get(p, o), o)
-        return out
+        return commits_going_backwards(self.commits)
 
     def regressions(self, since: float) -> list[str]:
         """From ``since`` on: a member whose epoch was seen lower than before (it started again),

@@ -50,6 +50,7 @@ from tests.support.group_load import (
     Gaps,
     GroupConsumer,
     acknowledged_before,
+    commits_going_backwards,
     committed,
     described,
     gaps,
@@ -168,15 +169,7 @@ class CommittedWatch:
         self._thread.join(60)
 
     def backwards(self) -> list[str]:
-        out = []
-        for g, samples in self.samples.items():
-            highest: dict[int, int] = {}
-            for t, offsets in samples:
-                for p, o in offsets.items():
-                    if p in highest and o < highest[p]:  # -1001: nothing committed (never after a commit)
-                        out.append(f"{g} partition {p}: committed {o} at {t:.3f} after {highest[p]}")
-                    highest[p] = max(highest.get(p, o), o)
-        return out
+        return [f"{g} {line}" for g, samples in self.samples.items() for line in commits_going_backwards(samples)]
 
 
 def drain(members_by_group: dict[str, list[GroupConsumer]], prod: ContinuousProducer, topic: str,

@@ -341,6 +341,19 @@ def acknowledged_before(members: list[GroupConsumer], t: float) -> dict[int, int
 
 
 # -- the cluster, seen by admin clients and ZooKeeper -----------------------------------------
+def commits_going_backwards(samples: list[tuple[float, dict[int, int]]]) -> list[str]:
+    """Every time a partition's committed offset, sampled over time as (when, {partition: offset}),
+    was read lower than before (-1001, nothing committed, is never seen after a commit)."""
+    out: list[str] = []
+    highest: dict[int, int] = {}
+    for t, offsets in samples:
+        for p, o in offsets.items():
+            if p in highest and o < highest[p]:
+                out.append(f"partition {p}: committed {o} at {t:.3f} after {highest[p]}")
+            highest[p] = max(highest.get(p, o), o)
+    return out
+
+
 def committed(bootstrap: str, group: str, topic: str, partitions: int, timeout: float = 10) -> dict[int, int]:
     """The group's committed offsets (-1001 where none), as confluent-kafka's admin client reads
     them (OffsetFetch at the coordinator it finds)."""
