@@ -32,8 +32,31 @@ def _timeout_ms(value: Any) -> int:
     return int(value)
 
 
+# The longest string a __consumer_offsets record key can hold (an int16 length, as in Kafka).
+KEY_STRING_MAX_BYTES = 32767
+
+
+def _refusal(req: Any, version: int) -> str | None:
+    """Why the coordinator must not see ``req`` (None: it may). Kafka checks the member id of v1+
+    first, before its group coordinator's other checks. The group id, the member id and the regex
+    go into record keys; longer than a key can hold, they would fail the record's write and with it
+    every group of the __consumer_offsets partition (Kafka cannot serialize them either)."""
+    if version >= 1 and not req.member_id:
+        return "MemberId can't be empty."
+    for name, value in (("GroupId", req.group_id), ("MemberId", req.member_id),
+                        ("SubscribedTopicRegex", getattr(req, "subscribed_topic_regex", None))):
+        if value is not None and len(value) > KEY_STRING_MAX_BYTES // 3 and \
+                len(value.encode()) > KEY_STRING_MAX_BYTES:
+            return f"{name} is too long ({len(value.encode())} bytes; at most {KEY_STRING_MAX_BYTES})."
+    return None
+
+
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1, protocol="consumer")
 async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    refusal = _refusal(req, ctx.header.api_version)
+    if refusal is not None:
+        return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "error_message": refusal,
+                "member_id": None, "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
     names = req.subscribed_topic_names
     hb = ConsumerHeartbeatRequest(
         group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
