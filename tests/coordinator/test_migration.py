@@ -4,6 +4,13 @@ convert both ways; classic members in a consumer-protocol group; online upgrade 
 
 from __future__ import annotations
 
+import random
+import struct
+from typing import Any
+
+import pytest
+
+from gregor.protocol.consumer_protocol import decode_assignment
 from gregor.protocol.errors import ErrorCode
 from tests.coordinator.consumer_clients import Client, ConsumerHarness
 
@@ -38,3 +45,260 @@ def test_an_empty_consumer_group_becomes_a_classic_group_and_keeps_its_offsets()
     assert h.committed("g") == {("foo", 0): 5}
     h.reload()
     assert "g" not in h.shard.consumer_groups and h.state("g") == "Stable" and h.committed("g") == {("foo", 0): 5}
+
+
+# -- classic clients ------------------------------------------------------------------------------
+def subscription(topics: list[str], owned: set[tuple[str, int]], version: int = 1) -> bytes:
+    def s(v: str) -> bytes:
+        b = v.encode()
+        return struct.pack(">h", len(b)) + b
+
+    out = struct.pack(">hi", version, len(topics)) + b"".join(s(t) for t in topics) + struct.pack(">i", -1)
+    if version >= 1:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(owned):
+            by_topic.setdefault(t, []).append(p)
+        out += struct.pack(">i", len(by_topic))
+        for t, ps in by_topic.items():
+            out += s(t) + struct.pack(f">i{len(ps)}i", len(ps), *ps)
+    if version >= 2:
+        out += struct.pack(">i", -1)
+    if version >= 3:
+        out += struct.pack(">h", -1)
+    return out
+
+
+class ClassicClient:
+    """A classic consumer as librdkafka drives one: eager (revokes everything before it joins) or
+    cooperative (keeps what it owns, gives up what SyncGroup no longer lists, then rejoins)."""
+
+    def __init__(self, h: ConsumerHarness, topics: list[str], cooperative: bool = True, group: str = "g",
+                 instance: str | None = None, session: int = 10_000, rebalance: int = 30_000) -> None:
+        self.h, self.topics, self.cooperative, self.group, self.instance = h, topics, cooperative, group, instance
+        self.session, self.rebalance = session, rebalance
+        self.member_id, self.generation = "", -1
+        self.owned_names: set[tuple[str, int]] = set()
+        self.needs_join = True
+        self.protocol = "cooperative-sticky" if cooperative else "range"
+
+    def join_and_sync(self) -> int:
+        if not self.cooperative:
+            self.owned_names = set()  # eager: every partition is revoked before JoinGroup
+        r = self.h.join(self.group, member_id=self.member_id, instance=self.instance, session=self.session,
+                        rebalance=self.rebalance,
+                        protocols=[(self.protocol, subscription(self.topics, self.owned_names))]).result()
+        if r.error == ErrorCode.member_id_required:
+            self.member_id = r.member_id
+            return self.join_and_sync()
+        if r.error:
+            return self._lost(r.error)
+        self.member_id, self.generation = r.member_id, r.generation_id
+        s = self.h.sync(self.group, r.generation_id, self.member_id, instance=self.instance,
+                        protocol_type="consumer", protocol_name=r.protocol_name).result()
+        if s.error:
+            return self._lost(s.error)
+        assigned = {(t, p) for t, ps in decode_assignment(s.assignment) for p in ps}
+        revoked = self.owned_names - assigned
+        self.owned_names = assigned
+        self.needs_join = self.cooperative and bool(revoked)
+        return 0
+
+    def _lost(self, error: int) -> int:
+        if error in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation, ErrorCode.fenced_instance_id):
+            self.owned_names = set()
+            if error == ErrorCode.unknown_member_id:
+                self.member_id = ""
+        self.needs_join = True
+        return error
+
+    def beat(self) -> int:
+        if self.needs_join:
+            return self.join_and_sync()
+        e = self.h.heartbeat(self.group, self.generation, self.member_id, self.instance)
+        if e:
+            self._lost(e)
+        return int(e)
+
+    def leave(self) -> None:
+        self.h.leave(self.group, (self.member_id, self.instance))
+        self.owned_names, self.member_id, self.needs_join = set(), "", True
+
+    def partitions(self) -> set[tuple[Any, int]]:
+        return {(self.h.catalogue[t][0], p) for t, p in self.owned_names}
+
+
+def settle(clients: list[Any], rounds: int = 30) -> None:
+    """Every client beats until nothing changes; no partition has two owners after any step."""
+    for _ in range(rounds):
+        before = [(c.partitions(), getattr(c, "needs_join", False)) for c in clients]
+        for c in clients:
+            c.beat()
+            disjoint(clients)
+        if before == [(c.partitions(), getattr(c, "needs_join", False)) for c in clients] and all(
+                not getattr(c, "needs_join", False) for c in clients):
+            return
+    raise AssertionError("the group did not settle")
+
+
+def disjoint(clients: list[Any]) -> None:
+    seen: dict[Any, Any] = {}
+    for c in clients:
+        for tp in c.partitions():
+            assert tp not in seen, f"{tp} owned by {seen[tp].member_id} and {c.member_id}"
+            seen[tp] = c
+
+
+def snapshot(shard: Any) -> dict[str, Any]:
+    """A consumer group's persisted state: epochs, and per member its metadata and assignment."""
+    out = {}
+    for gid, g in shard.consumer_groups.items():
+        members = {mid: (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation,
+                         m.subscribed_topic_names, m.classic, m.instance_id, m.rebalance_timeout_ms)
+                   for mid, m in g.members.items()}
+        out[gid] = (g.group_epoch, g.assignment_epoch, members, dict(g.target), dict(g.owners))
+    return out
+
+
+# -- classic members in a consumer group ----------------------------------------------------------
+@pytest.mark.parametrize("cooperative", [True, False])
+def test_classic_members_are_served_by_the_consumer_group(cooperative):
+    h = ConsumerHarness()
+    a = Client(h, ["foo"])
+    b = ClassicClient(h, ["foo"], cooperative=cooperative, session=7_000)
+    settle([a])
+    assert len(a.partitions()) == 6
+    settle([a, b])
+    assert "g" not in h.shard.groups
+    assert len(a.partitions()) == 3 and len(b.partitions()) == 3
+    member = h.group().members[b.member_id]
+    assert member.classic is not None and member.classic.session_timeout_ms == 7_000
+    assert member.member_epoch == b.generation == h.group().group_epoch
+    # a second classic member: everybody rejoins and ends with two partitions
+    c = ClassicClient(h, ["foo"], cooperative=cooperative)
+    settle([a, b, c])
+    assert sorted(len(x.partitions()) for x in (a, b, c)) == [2, 2, 2]
+    # replay gives the same group, and the classic members go on after a reload
+    assert snapshot(h.load_fresh()) == snapshot(h.shard)
+    h.reload()
+    settle([a, b, c])
+    assert sorted(len(x.partitions()) for x in (a, b, c)) == [2, 2, 2]
+    # a classic member leaves: its partitions go to the others
+    b.leave()
+    settle([a, c])
+    assert sorted(len(x.partitions()) for x in (a, c)) == [3, 3]
+    assert b.member_id not in h.group().members or b.member_id == ""
+
+
+def test_a_classic_member_session_timeout_is_its_joingroups():
+    h = ConsumerHarness()
+    a, b = Client(h, ["foo"]), ClassicClient(h, ["foo"], session=7_000)
+    settle([a, b])
+    mid = b.member_id
+    for _ in range(3):
+        h.sleep(4_000)
+        a.beat()
+    assert mid not in h.group().members  # 7 s, not the group's 45 s
+    settle([a])
+    assert len(a.partitions()) == 6
+    assert b.beat() == ErrorCode.unknown_member_id
+
+
+def test_a_classic_member_that_does_not_rejoin_is_fenced_after_its_rebalance_timeout():
+    h = ConsumerHarness()
+    a, b = Client(h, ["foo"]), ClassicClient(h, ["foo"], rebalance=5_000)
+    settle([a, b])
+    Client(h, ["foo"]).beat()  # a new member: a new group epoch
+    assert h.heartbeat("g", b.generation, b.member_id) == ErrorCode.rebalance_in_progress
+    h.sleep(3_000)
+    assert h.heartbeat("g", b.generation, b.member_id) == ErrorCode.rebalance_in_progress
+    h.sleep(2_001)  # the join timeout counts from the first REBALANCE_IN_PROGRESS
+    assert b.member_id not in h.group().members
+
+
+def test_classic_requests_to_a_consumer_group_errors():
+    h = ConsumerHarness()
+    a, b = Client(h, ["foo"]), ClassicClient(h, ["foo"], instance="i-1")
+    settle([a, b])
+    # a consumer-protocol member is not a classic one, and vice versa
+    assert h.heartbeat("g", a.epoch, a.member_id) == ErrorCode.unknown_member_id
+    assert h.sync("g", a.epoch, a.member_id).result().error == ErrorCode.unknown_member_id
+    r = h.heartbeat_consumer(Client(h, ["foo"], member_id=b.member_id).request(epoch=b.generation))
+    assert r.error == ErrorCode.unknown_member_id
+    # generation, protocol, instance id
+    assert h.heartbeat("g", b.generation + 7, b.member_id, "i-1") == ErrorCode.illegal_generation
+    assert h.sync("g", b.generation, b.member_id, instance="i-1", protocol_name="range").result().error == \
+        ErrorCode.inconsistent_group_protocol
+    assert h.heartbeat("g", b.generation, "someone-else", "i-1") == ErrorCode.fenced_instance_id
+    r = h.join("g", protocol_type="connect", protocols=[("v1", b"x")]).result()
+    assert r.error == ErrorCode.inconsistent_group_protocol
+    r = h.join("g", member_id="m", protocols=[("cooperative-sticky", b"\x00")]).result()
+    assert r.error == ErrorCode.inconsistent_group_protocol
+    r = h.join("g", member_id="m", protocols=[("range", subscription(["foo"], set()))]).result()
+    assert r.error == ErrorCode.inconsistent_group_protocol  # the classic members all speak cooperative-sticky
+
+
+def test_a_static_classic_member_restarts_into_its_place():
+    h = ConsumerHarness()
+    a, b = Client(h, ["foo"]), ClassicClient(h, ["foo"], instance="i-1")
+    settle([a, b])
+    epoch, owned = h.group().group_epoch, b.partitions()
+    old = b.member_id
+    b2 = ClassicClient(h, ["foo"], instance="i-1")
+    b2.owned_names = set()
+    settle([a, b2])
+    assert old not in h.group().members and b2.member_id in h.group().members
+    assert b2.partitions() == owned and h.group().group_epoch == epoch  # no rebalance
+    assert h.heartbeat("g", b.generation, old, "i-1") == ErrorCode.fenced_instance_id
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_mixed_membership_never_gives_a_partition_to_two_members(seed):
+    rng = random.Random(seed)
+    h = ConsumerHarness()
+    live: list[Any] = [Client(h, ["foo", "bar"])]  # stays: the group stays a consumer group
+    live[0].beat()
+    for _step in range(60):
+        op = rng.random()
+        if op < 0.25:
+            c: Any = Client(h, ["foo", "bar"]) if rng.random() < 0.5 else ClassicClient(
+                h, ["foo", "bar"], cooperative=seed % 2 == 0)  # one protocol: a group refuses others
+            live.append(c)
+        elif op < 0.4 and len(live) > 1:
+            c = live.pop(rng.randrange(1, len(live)))
+            c.leave()
+        elif op < 0.45 and len(live) > 1:
+            crashed = live.pop(rng.randrange(1, len(live)))  # stops: its partitions are lost, its session ends
+            crashed.owned, crashed.owned_names = {}, set()
+        for c in rng.sample(live, len(live)):
+            c.beat()
+            disjoint(live)
+        h.sleep(rng.choice([100, 1000, 5000]))
+        if rng.random() < 0.1 and all(not getattr(c, "needs_join", False) for c in live):
+            assert snapshot(h.load_fresh()) == snapshot(h.shard)
+    for _ in range(12):  # the crashed ones' sessions end (and those of all but the first)
+        h.sleep(5_000)
+        live[0].beat()
+    for c in live:
+        c.beat()  # whoever was fenced learns it (and gives up its partitions), and rejoins
+    settle(live, rounds=60)
+    if live:
+        assert sum(len(c.partitions()) for c in live) == 9
+    assert snapshot(h.load_fresh()) == snapshot(h.shard)
+
+
+def test_classic_members_commit_at_their_generation():
+    from gregor.coordinator.group.api import CommitPartition, CommitRequest
+
+    h = ConsumerHarness()
+    a, b = Client(h, ["foo"]), ClassicClient(h, ["foo"])
+    settle([a, b])
+
+    def commit(generation: int, version: int) -> Any:
+        req = CommitRequest("g", generation, b.member_id, None, [CommitPartition("foo", 0, 9, -1, "")],
+                            api_version=version)
+        return h.run(h.shard.commit_offsets(req))[("foo", 0)]
+
+    assert commit(b.generation, 7) == ErrorCode.none
+    assert commit(b.generation, 9) == ErrorCode.none
+    assert commit(b.generation - 1, 7) == ErrorCode.illegal_generation
+    assert h.committed("g") == {("foo", 0): 9}

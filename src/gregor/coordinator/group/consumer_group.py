@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from gregor.protocol.consumer_offsets import ClassicMemberMetadata
+
 if TYPE_CHECKING:
     from gregor.coordinator.group.subscriptions import ResolvedRegex
 
@@ -73,6 +75,12 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # a member that joined with the classic protocol (JoinGroup): its session timeout and protocols
+    classic: ClassicMemberMetadata | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -87,9 +95,9 @@ class ConsumerMember:
     def same_metadata(self, other: ConsumerMember) -> bool:
         """Everything ConsumerGroupMemberMetadata holds is the same."""
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
-                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor) == (
+                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic) == (
                 other.instance_id, other.rack_id, other.client_id, other.client_host, other.subscribed_topic_names,
-                other.subscribed_topic_regex, other.rebalance_timeout_ms, other.server_assignor)
+                other.subscribed_topic_regex, other.rebalance_timeout_ms, other.server_assignor, other.classic)
 
     def same_assignment(self, other: ConsumerMember) -> bool:
         """Everything ConsumerGroupCurrentMemberAssignment holds is the same."""
@@ -181,6 +189,31 @@ class ConsumerGroup:
         for m in self.members.values():
             names.update(m.subscribed_topic_names)
         return names
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Every member but ``member_id`` joined with the classic protocol (Kafka:
+        allMembersUseClassicProtocolExcept)."""
+        return all(m.uses_classic_protocol for mid, m in self.members.items() if mid != member_id)
+
+    def classic_protocols(self) -> set[str] | None:
+        """The protocol names every classic member supports (None: no classic member)."""
+        common: set[str] | None = None
+        for m in self.members.values():
+            if m.classic is not None:
+                names = {name for name, _ in m.classic.supported_protocols}
+                common = names if common is None else common & names
+        return common
+
+    def waits_for_unreleased(self, member: ConsumerMember) -> bool:
+        """A partition of the member's target that it has not received is still held by another
+        member (Kafka: waitingOnUnreleasedPartition)."""
+        for topic_id, partitions in self.target_of(member.member_id).items():
+            have = member.assigned.get(topic_id, frozenset())
+            for p in partitions - have:
+                owner = self.owners.get((topic_id, p))
+                if owner is not None and owner[0] != member.member_id:
+                    return True
+        return False
 
     def target_of(self, member_id: str) -> Assignment:
         return self.target.get(member_id, EMPTY)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from gregor.assignment import assignors, steering
 from gregor.coordinator.group.api import (
@@ -72,6 +72,7 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger("gregor.coordinator")
 
 Result = CoordinatorResult[ConsumerHeartbeatResult]
+T = TypeVar("T")
 CONSUMER_GROUP_KEYS = (ConsumerGroupMetadataKey, ConsumerGroupPartitionMetadataKey, ConsumerGroupMemberMetadataKey,
                        ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
                        ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupRegularExpressionKey)
@@ -91,6 +92,16 @@ def rebalance_key(group_id: str, member_id: str) -> str:
     return f"consumer-rebalance-{group_id}-{member_id}"
 
 
+def classic_join_key(group_id: str, member_id: str) -> str:
+    """A classic member told to rejoin must do so within its rebalance timeout."""
+    return f"consumer-join-{group_id}-{member_id}"
+
+
+def classic_sync_key(group_id: str, member_id: str) -> str:
+    """A classic member that joined must send SyncGroup within its rebalance timeout."""
+    return f"consumer-sync-{group_id}-{member_id}"
+
+
 def _invalid(message: str) -> KafkaError:
     return KafkaError(ErrorCode.invalid_request, message)
 
@@ -106,7 +117,7 @@ def member_record(group_id: str, m: ConsumerMember) -> Record:
                 instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
                 subscribed_topic_names=list(m.subscribed_topic_names),
                 subscribed_topic_regex=m.subscribed_topic_regex, rebalance_timeout_ms=m.rebalance_timeout_ms,
-                server_assignor=m.server_assignor, classic_member_metadata=None))
+                server_assignor=m.server_assignor, classic_member_metadata=m.classic))
 
 
 def current_assignment_record(group_id: str, m: ConsumerMember) -> Record:
@@ -148,6 +159,9 @@ class ConsumerGroupManager:
         self.ctx = ctx
         # subscriptions by regular expression (the service gives it the topic catalogue)
         self.regexes = RegexSubscriptions(ctx, self._refresh_regexes)
+        # a member leaves or is fenced: the records that convert the group instead, or None
+        # (the online downgrade, set by the shard: migration.py)
+        self.on_fence: Callable[[ConsumerGroup, ConsumerMember], list[Record] | None] | None = None
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -226,6 +240,8 @@ class ConsumerGroupManager:
                                      f"Member {member_id} is not a member of group {group.group_id}.")
                 log.info("[GroupId %s] Member %s joins the consumer group", group.group_id, member_id)
                 return ConsumerMember(member_id)
+            if member.uses_classic_protocol:
+                raise KafkaError(ErrorCode.unknown_member_id, f"Member {member_id} is a classic member.")
             if not joining:
                 _check_epoch(member, req)
             return member
@@ -287,6 +303,28 @@ class ConsumerGroupManager:
             subscribed_topic_regex=(req.subscribed_topic_regex or None if req.subscribed_topic_regex is not None
                                     else member.subscribed_topic_regex),
             client_id=req.client_id, client_host=req.client_host)
+        reconciled = self.advance(group, member, updated, req.owned, rejoined, records)
+        self._schedule_session_timeout(group.group_id, member_id)
+        old_static = group.static_member(req.instance_id)
+        if old_static is not None and old_static.member_id != member_id:
+            self._cancel_timers(group.group_id, old_static.member_id)  # replaced: only once all checks passed
+        full = joining or (req.rebalance_timeout_ms != -1 and req.owned is not None
+                           and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
+        changed = reconciled.assigned != member.assigned
+        response = ConsumerHeartbeatResult(ErrorCode.none, None, member_id, reconciled.member_epoch,
+                                           self.heartbeat_interval_ms(group.group_id),
+                                           dict(reconciled.assigned) if full or changed else None)
+        if req.owned is not None:
+            group.reported[member_id] = dict(req.owned)
+        self._report_slow_phase(group)
+        return CoordinatorResult(records, response)
+
+    def advance(self, group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember,
+                owned: Assignment | None, rejoined: bool, records: list[Record]) -> ConsumerMember:
+        """The member as ``updated`` says (its metadata), then the group epoch, the target
+        assignment and the member's reconciliation as they follow; their records go to
+        ``records``. Shared by consumer-protocol heartbeats and classic JoinGroups."""
+        member_id = updated.member_id
         bump = updated.subscribed_topic_names != member.subscribed_topic_names or group.group_epoch == 0
         if not updated.same_metadata(member):
             records.append(member_record(group.group_id, updated))
@@ -333,7 +371,7 @@ class ConsumerGroupManager:
                 return -1  # what it held before it rejoined is free for it
             return group.partition_epoch(topic_id, partition)
 
-        reconciled = reconcile(updated, target_epoch, target, partition_epoch, req.owned)
+        reconciled = reconcile(updated, target_epoch, target, partition_epoch, owned)
         if not reconciled.same_assignment(member) or rejoined:
             records.append(current_assignment_record(group.group_id, reconciled))
             if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
@@ -341,20 +379,7 @@ class ConsumerGroupManager:
                                                  reconciled.rebalance_timeout_ms)
             else:
                 self.ctx.timer.cancel(rebalance_key(group.group_id, member_id))
-        self._schedule_session_timeout(group.group_id, member_id)
-        old_static = group.static_member(req.instance_id)
-        if old_static is not None and old_static.member_id != member_id:
-            self._cancel_timers(group.group_id, old_static.member_id)  # replaced: only once all checks passed
-        full = joining or (req.rebalance_timeout_ms != -1 and req.owned is not None
-                           and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
-        changed = reconciled.assigned != member.assigned
-        response = ConsumerHeartbeatResult(ErrorCode.none, None, member_id, reconciled.member_epoch,
-                                           self.heartbeat_interval_ms(group.group_id),
-                                           dict(reconciled.assigned) if full or changed else None)
-        if req.owned is not None:
-            group.reported[member_id] = dict(req.owned)
-        self._report_slow_phase(group)
-        return CoordinatorResult(records, response)
+        return reconciled
 
     def _report_slow_phase(self, group: ConsumerGroup) -> None:
         """Logs once per state change a group that stays outside Stable longer than
@@ -509,7 +534,7 @@ class ConsumerGroupManager:
                 raise KafkaError(ErrorCode.unknown_member_id,
                                  f"Member {req.member_id} is not a member of group {group.group_id}.")
             log.info("[GroupId %s] Member %s left the consumer group", group.group_id, req.member_id)
-            return CoordinatorResult(self._fence_records(group, member), response)
+            return self._fenced(group, member, response)
         member = group.static_member(req.instance_id)
         if member is None:
             raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
@@ -525,17 +550,31 @@ class ConsumerGroupManager:
             return CoordinatorResult([current_assignment_record(group.group_id, leaving)], response)
         log.info("[GroupId %s] Static member %s with instance id %s left the consumer group", group.group_id,
                  member.member_id, req.instance_id)
-        return CoordinatorResult(self._fence_records(group, member), response)
+        return self._fenced(group, member, response)
 
-    def _fence_records(self, group: ConsumerGroup, member: ConsumerMember) -> list[Record]:
-        records = removal_records(group.group_id, member.member_id)
-        records += self.regexes.removal_records(group, [member])
-        rest = {mid: m for mid, m in group.members.items() if mid != member.member_id}
+    def _fenced(self, group: ConsumerGroup, member: ConsumerMember, response: T) -> CoordinatorResult[T]:
+        """The member leaves or is fenced; the group may become a classic group instead (the
+        online downgrade: its state is then applied in memory, the records are not replayed)."""
+        if self.on_fence is not None:
+            converted = self.on_fence(group, member)
+            if converted is not None:
+                return CoordinatorResult(converted, response, False)
+        return CoordinatorResult(self.removal(group, [member]), response)
+
+    def removal(self, group: ConsumerGroup, members: list[ConsumerMember]) -> list[Record]:
+        """The members leave: their records tombstoned, the subscription metadata without them,
+        one new group epoch."""
+        records: list[Record] = []
+        gone = {m.member_id for m in members}
+        for m in members:
+            records += removal_records(group.group_id, m.member_id)
+            self._cancel_timers(group.group_id, m.member_id)
+        records += self.regexes.removal_records(group, members)
+        rest = {mid: m for mid, m in group.members.items() if mid not in gone}
         metadata = self._subscription_metadata(rest, group.resolved_regexes)
         if metadata != group.subscription_metadata:
             records.append(subscription_metadata_record(group.group_id, metadata))
         records.append(epoch_record(group.group_id, group.group_epoch + 1))
-        self._cancel_timers(group.group_id, member.member_id)
         return records
 
     def fence(self, group_id: str, member_id: str, reason: str) -> CoordinatorResult[None]:
@@ -544,11 +583,13 @@ class ConsumerGroupManager:
         if group is None or member is None:
             return CoordinatorResult()
         log.info("[GroupId %s] Member %s fenced from the group: %s", group_id, member_id, reason)
-        return CoordinatorResult(self._fence_records(group, member))
+        return self._fenced(group, member, None)
 
     def _cancel_timers(self, group_id: str, member_id: str) -> None:
         self.ctx.timer.cancel(session_key(group_id, member_id))
         self.ctx.timer.cancel(rebalance_key(group_id, member_id))
+        self.ctx.timer.cancel(classic_join_key(group_id, member_id))
+        self.ctx.timer.cancel(classic_sync_key(group_id, member_id))
 
     def session_timeout_ms(self, group_id: str) -> int:
         value = self.ctx.group_settings(group_id).get("consumer.session.timeout.ms")
@@ -558,8 +599,9 @@ class ConsumerGroupManager:
         value = self.ctx.group_settings(group_id).get("consumer.heartbeat.interval.ms")
         return int(value) if value is not None else self.ctx.config.consumer_heartbeat_interval_ms
 
-    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        timeout = self.session_timeout_ms(group_id)
+    def _schedule_session_timeout(self, group_id: str, member_id: str, timeout_ms: int | None = None) -> None:
+        """``timeout_ms``: a classic member's own (from its JoinGroup); else the group's."""
+        timeout = self.session_timeout_ms(group_id) if timeout_ms is None else timeout_ms
         self.ctx.timer.schedule(session_key(group_id, member_id), timeout,
                                 lambda: self.fence(group_id, member_id, f"no heartbeat in {timeout} ms"))
 
@@ -610,7 +652,8 @@ class ConsumerGroupManager:
                     instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
                     client_host=value.client_host, subscribed_topic_names=tuple(value.subscribed_topic_names),
                     subscribed_topic_regex=value.subscribed_topic_regex,
-                    rebalance_timeout_ms=value.rebalance_timeout_ms, server_assignor=value.server_assignor))
+                    rebalance_timeout_ms=value.rebalance_timeout_ms, server_assignor=value.server_assignor,
+                    classic=value.classic_member_metadata))
         elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
             if value is None:
                 if gid in self.groups:
@@ -654,7 +697,8 @@ class ConsumerGroupManager:
         """Every member of a loaded group gets a fresh session (and rebalance) timeout, as Kafka does."""
         for group in self.groups.values():
             for member in group.members.values():
-                self._schedule_session_timeout(group.group_id, member.member_id)
+                self._schedule_session_timeout(group.group_id, member.member_id,
+                                               member.classic.session_timeout_ms if member.classic else None)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self._schedule_rebalance_timeout(group.group_id, member.member_id, member.member_epoch,
                                                      member.rebalance_timeout_ms)

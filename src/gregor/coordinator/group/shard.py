@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from gregor.coordinator.group.api import (
@@ -38,6 +39,7 @@ from gregor.coordinator.group.api import (
     SyncResult,
     TopicPartition,
 )
+from gregor.coordinator.group.classic_members import ClassicMembers
 from gregor.coordinator.group.consumer_group import ConsumerGroup
 from gregor.coordinator.group.consumer_group_manager import CONSUMER_GROUP_KEYS, ConsumerGroupManager
 from gregor.coordinator.group.context import GroupConfig, ShardContext
@@ -78,6 +80,7 @@ class GroupCoordinatorShard:
         self.groups_mgr = GroupManager(self.ctx)
         self.offsets_mgr = OffsetManager(self.ctx)
         self.consumer_mgr = ConsumerGroupManager(self.ctx)
+        self.classic_members = ClassicMembers(self.ctx, self.consumer_mgr)
 
     @property
     def partition(self) -> int:
@@ -99,8 +102,7 @@ class GroupCoordinatorShard:
         # a group id names one group: a classic JoinGroup never creates a second group beside a
         # consumer-protocol one (Kafka: classicGroupJoin)
         if consumer.members:
-            return CoordinatorResult([], JoinResult(error=ErrorCode.inconsistent_group_protocol,
-                                                    member_id=req.member_id), False)
+            return self.classic_members.join(consumer, req)
         cfg = self.ctx.config
         if req.member_id or not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
             return self.groups_mgr.join_group(req)  # refused as for a group that does not exist
@@ -109,12 +111,23 @@ class GroupCoordinatorShard:
         return CoordinatorResult(records + list(result.records), result.response, result.replay_records)
 
     def sync_group(self, req: SyncRequest) -> CoordinatorResult[SyncResult]:
+        consumer = self.consumer_groups.get(req.group_id)
+        if consumer is not None and req.group_id:
+            if not consumer.members:
+                return CoordinatorResult([], SyncResult(error=ErrorCode.unknown_member_id))
+            return self.classic_members.sync(consumer, req)
         return self.groups_mgr.sync_group(req)
 
     def heartbeat(self, req: HeartbeatRequest) -> CoordinatorResult[ErrorCode]:
+        consumer = self.consumer_groups.get(req.group_id)
+        if consumer is not None and req.group_id:
+            return self.classic_members.heartbeat(consumer, req)
         return self.groups_mgr.heartbeat(req)
 
     def leave_group(self, req: LeaveRequest) -> CoordinatorResult[LeaveResult]:
+        consumer = self.consumer_groups.get(req.group_id)
+        if consumer is not None and req.group_id:
+            return self.classic_members.leave(consumer, req)
         return self.groups_mgr.leave_group(req)
 
     def consumer_group_heartbeat(self, req: ConsumerHeartbeatRequest) -> CoordinatorResult[ConsumerHeartbeatResult]:
@@ -124,6 +137,15 @@ class GroupCoordinatorShard:
         return self.consumer_mgr.steering_changed(group_id)
 
     def commit_offsets(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
+        consumer = self.consumer_groups.get(req.group_id)
+        member = consumer.members.get(req.member_id) if consumer is not None and req.member_id else None
+        if member is not None and member.uses_classic_protocol:
+            # a classic member of a consumer group commits at its generation (= its member epoch),
+            # with any OffsetCommit version (Kafka: ConsumerGroup.validateOffsetCommit)
+            if req.generation_id != member.member_epoch:
+                return CoordinatorResult([], {(p.topic, p.partition): ErrorCode.illegal_generation
+                                              for p in req.partitions})
+            req = replace(req, api_version=max(req.api_version, 9))
         result = self.offsets_mgr.commit(req)
         if req.member_id and result.records:
             self.groups_mgr.touch(req.group_id, req.member_id)

@@ -1,0 +1,379 @@
+"""Classic members in a consumer-protocol group (KIP-848's mixed groups; Kafka: GroupMetadataManager's
+classicGroupJoinToConsumerGroup, classicGroupSyncToConsumerGroup, classicGroupHeartbeatToConsumerGroup,
+classicGroupLeaveToConsumerGroup).
+
+A consumer (JoinGroup protocol type "consumer") that speaks the classic protocol joins a group that
+consumer-protocol members hold, and the group serves it as one of its members:
+
+- **JoinGroup** is its heartbeat with a full request: its subscription and the partitions it owns
+  come from its ConsumerProtocolSubscription; the group epoch, the server-side target assignment
+  and its reconciliation follow exactly as for a consumer-protocol member
+  (``ConsumerGroupManager.advance``). The answer makes it a follower (no leader, no members to
+  assign) at generation = its member epoch.
+- **SyncGroup** answers its current assignment as a ConsumerProtocolAssignment. It never lists a
+  partition another member still holds, so a partition never has two owners.
+- **Heartbeat** answers REBALANCE_IN_PROGRESS when the member must rejoin: the group epoch moved
+  on, it must revoke partitions (a cooperative member gives up what its next SyncGroup no longer
+  lists, then rejoins), or partitions it waited for were released. A member that does not rejoin
+  (or sync) within its rebalance timeout is fenced; its session timeout is its JoinGroup's.
+- **LeaveGroup** removes it, with a new group epoch.
+
+The member is written as ConsumerGroupMemberMetadata with its classicMemberMetadata (session
+timeout, protocols), so a reloaded partition serves it on.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import uuid
+from dataclasses import dataclass
+
+from gregor.coordinator.group.api import (
+    HeartbeatRequest,
+    JoinRequest,
+    JoinResult,
+    LeaveRequest,
+    LeaveResult,
+    MemberLeft,
+    SyncRequest,
+    SyncResult,
+)
+from gregor.coordinator.group.consumer_group import (
+    Assignment,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    TopicId,
+)
+from gregor.coordinator.group.consumer_group_manager import (
+    ConsumerGroupManager,
+    classic_join_key,
+    classic_sync_key,
+    current_assignment_record,
+    member_record,
+    removal_records,
+    target_record,
+)
+from gregor.coordinator.group.context import ShardContext
+from gregor.coordinator.runtime.result import CoordinatorResult, Record
+from gregor.protocol.consumer_offsets import ClassicMemberMetadata
+from gregor.protocol.consumer_protocol import encode_assignment
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("gregor.coordinator")
+
+PROTOCOL_TYPE = "consumer"
+
+
+# -- the embedded consumer protocol -------------------------------------------------------------
+@dataclass(frozen=True)
+class Subscription:
+    """A ConsumerProtocolSubscription (versions 0-3; later versions read as 3)."""
+
+    version: int
+    topics: list[str]
+    owned: list[tuple[str, list[int]]]
+    generation_id: int = -1
+    rack_id: str | None = None
+
+
+class MalformedSubscription(ValueError):
+    pass
+
+
+def decode_subscription(data: bytes) -> Subscription:
+    try:
+        pos = 0
+
+        def i16() -> int:
+            nonlocal pos
+            (v,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            return int(v)
+
+        def i32() -> int:
+            nonlocal pos
+            (v,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            return int(v)
+
+        def string() -> str | None:
+            nonlocal pos
+            n = i16()
+            if n < 0:
+                return None
+            if pos + n > len(data):
+                raise MalformedSubscription("string beyond the end")
+            v = data[pos:pos + n].decode()
+            pos += n
+            return v
+
+        version = i16()
+        if version < 0:
+            raise MalformedSubscription(f"version {version}")
+        topics = [string() or "" for _ in range(max(i32(), 0))]
+        n = i32()  # user data
+        pos += max(n, 0)
+        owned: list[tuple[str, list[int]]] = []
+        generation, rack = -1, None
+        if version >= 1:
+            for _ in range(max(i32(), 0)):
+                topic = string() or ""
+                owned.append((topic, [i32() for _ in range(max(i32(), 0))]))
+        if version >= 2:
+            generation = i32()
+        if version >= 3:
+            rack = string()
+        if pos > len(data):
+            raise MalformedSubscription("user data beyond the end")
+        return Subscription(version, topics, owned, generation, rack)
+    except (struct.error, UnicodeDecodeError) as e:
+        raise MalformedSubscription(str(e)) from e
+
+
+def decodable(protocols: list[tuple[str, bytes]]) -> bool:
+    try:
+        for _name, metadata in protocols:
+            decode_subscription(metadata)
+        return bool(protocols)
+    except MalformedSubscription:
+        return False
+
+
+def encode_assignment_for(member: ConsumerMember, assigned: Assignment, names: dict[TopicId, str]) -> bytes:
+    """The member's assignment as a ConsumerProtocolAssignment, in the version of its subscription
+    (versions 0-3 have the same fields)."""
+    topics = sorted((names[t], sorted(ps)) for t, ps in assigned.items() if t in names and ps)
+    data = encode_assignment(topics)
+    version = 0
+    if member.classic is not None and member.classic.supported_protocols:
+        try:
+            version = min(decode_subscription(member.classic.supported_protocols[0][1]).version, 3)
+        except MalformedSubscription:
+            version = 0
+    return struct.pack(">h", version) + data[2:]
+
+
+# -- the classic APIs on a consumer-protocol group ----------------------------------------------
+class ClassicMembers:
+    def __init__(self, ctx: ShardContext, consumer: ConsumerGroupManager) -> None:
+        self.ctx = ctx
+        self.consumer = consumer
+
+    @staticmethod
+    def _names_of(group: ConsumerGroup) -> dict[TopicId, str]:
+        return {tid: name for name, (tid, _n) in group.subscription_metadata.items()}
+
+    def _owned(self, sub: Subscription) -> Assignment:
+        owned: dict[TopicId, set[int]] = {}
+        for topic, partitions in sub.owned:
+            meta = self.ctx.topic_metadata(topic)
+            if meta is not None:
+                owned.setdefault(meta[0], set()).update(partitions)
+        return {t: frozenset(ps) for t, ps in owned.items() if ps}
+
+    def _member_of(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerMember:
+        """Kafka's validateConsumerGroupMember, then the member must be a classic one."""
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member {member_id} is not a member of group {group.group_id}.")
+        else:
+            member = group.static_member(instance_id)
+            if member is None:
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member with instance id {instance_id} is not a member of group {group.group_id}.")
+            if member.member_id != member_id:
+                raise KafkaError(ErrorCode.fenced_instance_id,
+                                 f"Static member {member_id} with instance id {instance_id} was fenced by member "
+                                 f"{member.member_id}.")
+        if not member.uses_classic_protocol:
+            raise KafkaError(ErrorCode.unknown_member_id,
+                             f"Member {member.member_id} does not use the classic protocol.")
+        return member
+
+    # -- JoinGroup ----------------------------------------------------------------------------
+    def join(self, group: ConsumerGroup, req: JoinRequest) -> CoordinatorResult[JoinResult]:
+        try:
+            return self._join(group, req)
+        except KafkaError as e:
+            log.info("[GroupId %s] JoinGroup of classic member %s (client %s %s) to the consumer group: %s: %s",
+                     req.group_id, req.member_id, req.client_id, req.client_host, e.code.name.upper(), e.message)
+            return CoordinatorResult([], JoinResult(error=e.code, member_id=req.member_id))
+
+    def _join(self, group: ConsumerGroup, req: JoinRequest) -> CoordinatorResult[JoinResult]:
+        cfg = self.ctx.config
+        if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
+            raise KafkaError(ErrorCode.invalid_session_timeout, "")
+        unknown = req.member_id == ""
+        member_id = str(uuid.uuid4()) if unknown else req.member_id
+        if len(group.members) >= cfg.consumer_max_size and member_id not in group.members \
+                and group.static_member(req.group_instance_id) is None:
+            raise KafkaError(ErrorCode.group_max_size_reached,
+                             f"The consumer group has reached its maximum capacity of {cfg.consumer_max_size} "
+                             f"members.")
+        common = group.classic_protocols()
+        names = {name for name, _ in req.protocols}
+        if req.protocol_type != PROTOCOL_TYPE or not names or (common is not None and not common & names):
+            raise KafkaError(ErrorCode.inconsistent_group_protocol,
+                             f"Member {member_id}'s protocols are not supported.")
+        try:
+            sub = decode_subscription(req.protocols[0][1])
+        except MalformedSubscription as e:
+            raise KafkaError(ErrorCode.inconsistent_group_protocol,
+                             f"Member {member_id}'s ConsumerProtocolSubscription cannot be read: {e}.") from e
+        if unknown and req.require_known_member_id and req.group_instance_id is None:
+            log.info("[GroupId %s] Dynamic member with unknown member id joins the consumer group. Created a "
+                     "new member id %s and requesting the member to rejoin with this id.", group.group_id, member_id)
+            return CoordinatorResult([], JoinResult(error=ErrorCode.member_id_required, member_id=member_id))
+        records: list[Record] = []
+        member = self._joining_member(group, req, member_id, unknown, records)
+        updated = member.with_subscription(
+            instance_id=req.group_instance_id, rack_id=sub.rack_id or member.rack_id,
+            rebalance_timeout_ms=req.rebalance_timeout_ms, server_assignor=None,
+            subscribed_topic_names=tuple(sorted(set(sub.topics))), subscribed_topic_regex=None,
+            client_id=req.client_id, client_host=req.client_host,
+            classic=ClassicMemberMetadata(req.session_timeout_ms, list(req.protocols)))
+        owned = self._owned(sub)
+        reconciled = self.consumer.advance(group, member, updated, owned, False, records)
+        group.reported[member_id] = owned
+        timer = self.ctx.timer
+        timer.cancel(classic_join_key(group.group_id, member_id))
+        self.consumer._schedule_session_timeout(group.group_id, member_id, req.session_timeout_ms)
+        timer.schedule(classic_sync_key(group.group_id, member_id), max(req.rebalance_timeout_ms, 0),
+                       lambda: self.consumer.fence(group.group_id, member_id,
+                                                   "the member failed to sync within timeout"))
+        protocol = req.protocols[0][0]
+        log.debug("[GroupId %s] Classic member %s joined at epoch %d (%s)", group.group_id, member_id,
+                  reconciled.member_epoch, reconciled.state.name)
+        return CoordinatorResult(records, JoinResult(
+            error=ErrorCode.none, member_id=member_id, generation_id=reconciled.member_epoch,
+            protocol_type=PROTOCOL_TYPE, protocol_name=protocol, leader="", members=[]))
+
+    def _joining_member(self, group: ConsumerGroup, req: JoinRequest, member_id: str, unknown: bool,
+                        records: list[Record]) -> ConsumerMember:
+        if req.group_instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                log.info("[GroupId %s] Classic member %s joins the consumer group", group.group_id, member_id)
+                return ConsumerMember(member_id)
+            if not member.uses_classic_protocol:
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member {member_id} does not use the classic protocol.")
+            return member
+        existing = group.static_member(req.group_instance_id)
+        if existing is None:
+            log.info("[GroupId %s] Static classic member %s with instance id %s joins the consumer group",
+                     group.group_id, member_id, req.group_instance_id)
+            return ConsumerMember(member_id)
+        if existing.member_id == member_id:
+            if not existing.uses_classic_protocol:
+                raise KafkaError(ErrorCode.unknown_member_id,
+                                 f"Member {member_id} does not use the classic protocol.")
+            return existing
+        if not unknown:
+            raise KafkaError(ErrorCode.fenced_instance_id,
+                             f"Static member {member_id} with instance id {req.group_instance_id} was fenced by "
+                             f"member {existing.member_id}.")
+        # a static member restarted: it takes the old member's place and target (KIP-345)
+        new = existing.with_subscription(member_id=member_id)
+        records += removal_records(group.group_id, existing.member_id)
+        records.append(member_record(group.group_id, new))
+        records.append(target_record(group.group_id, member_id, group.target_of(existing.member_id)))
+        records.append(current_assignment_record(group.group_id, new))
+        self.consumer._cancel_timers(group.group_id, existing.member_id)
+        log.info("[GroupId %s] Static member with instance id %s rejoins as %s, replacing %s", group.group_id,
+                 req.group_instance_id, member_id, existing.member_id)
+        return new
+
+    # -- SyncGroup ----------------------------------------------------------------------------
+    def sync(self, group: ConsumerGroup, req: SyncRequest) -> CoordinatorResult[SyncResult]:
+        try:
+            member = self._member_of(group, req.member_id, req.group_instance_id)
+            if req.generation_id != member.member_epoch:
+                raise KafkaError(ErrorCode.illegal_generation,
+                                 f"The request generation id {req.generation_id} is not equal to the member epoch "
+                                 f"{member.member_epoch} of member {member.member_id}.")
+            assert member.classic is not None
+            protocol = member.classic.supported_protocols[0][0]
+            if req.protocol_type is not None and req.protocol_type != PROTOCOL_TYPE:
+                raise KafkaError(ErrorCode.inconsistent_group_protocol,
+                                 f"The protocol type {req.protocol_type} from member {member.member_id} request "
+                                 f"is not equal to the group protocol type {PROTOCOL_TYPE}.")
+            if req.protocol_name is not None and req.protocol_name != protocol:
+                raise KafkaError(ErrorCode.inconsistent_group_protocol,
+                                 f"The protocol name {req.protocol_name} from member {member.member_id} request "
+                                 f"is not equal to the protocol name {protocol} returned in the join response.")
+            self._raise_if_rebalancing(group, member)
+        except KafkaError as e:
+            log.debug("[GroupId %s] SyncGroup of classic member %s: %s: %s", req.group_id, req.member_id,
+                      e.code.name.upper(), e.message)
+            return CoordinatorResult([], SyncResult(error=e.code))
+        self.ctx.timer.cancel(classic_sync_key(group.group_id, member.member_id))
+        self.consumer._schedule_session_timeout(group.group_id, member.member_id, member.classic.session_timeout_ms)
+        data = encode_assignment_for(member, member.assigned, self._names_of(group))
+        return CoordinatorResult([], SyncResult(ErrorCode.none, data, PROTOCOL_TYPE, protocol))
+
+    def _raise_if_rebalancing(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """A new rebalance: the member must rejoin to catch up (unless it is revoking, which it
+        learns from this very SyncGroup; Kafka: throwIfRebalanceInProgress)."""
+        if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            self._schedule_join_timeout(group, member)
+            raise KafkaError(ErrorCode.rebalance_in_progress,
+                             f"A new rebalance is triggered in group {group.group_id} and member "
+                             f"{member.member_id} should rejoin to catch up.")
+
+    def _schedule_join_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        key = classic_join_key(group.group_id, member.member_id)
+        if self.ctx.timer.is_scheduled(key):
+            return
+        group_id, member_id = group.group_id, member.member_id
+        self.ctx.timer.schedule(key, max(member.rebalance_timeout_ms, 0), lambda: self.consumer.fence(
+            group_id, member_id, "the classic member failed to join within the rebalance timeout"))
+
+    # -- Heartbeat ----------------------------------------------------------------------------
+    def heartbeat(self, group: ConsumerGroup, req: HeartbeatRequest) -> CoordinatorResult[ErrorCode]:
+        try:
+            member = self._member_of(group, req.member_id, req.group_instance_id)
+            if req.generation_id != member.member_epoch:
+                raise KafkaError(ErrorCode.illegal_generation, "")
+        except KafkaError as e:
+            return CoordinatorResult([], e.code)
+        assert member.classic is not None
+        self.consumer._schedule_session_timeout(group.group_id, member.member_id, member.classic.session_timeout_ms)
+        if (member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS
+                or (member.state is MemberState.UNRELEASED_PARTITIONS and not group.waits_for_unreleased(member))):
+            self._schedule_join_timeout(group, member)
+            return CoordinatorResult([], ErrorCode.rebalance_in_progress)
+        return CoordinatorResult([], ErrorCode.none)
+
+    # -- LeaveGroup ---------------------------------------------------------------------------
+    def leave(self, group: ConsumerGroup, req: LeaveRequest) -> CoordinatorResult[LeaveResult]:
+        out: list[MemberLeft] = []
+        leaving: list[ConsumerMember] = []
+        for who in req.members:
+            try:
+                if who.group_instance_id is None:
+                    member = self._member_of(group, who.member_id, None)
+                else:
+                    static = group.static_member(who.group_instance_id)
+                    if static is None:
+                        raise KafkaError(ErrorCode.unknown_member_id, "")
+                    member = static
+                    if who.member_id and who.member_id != member.member_id:
+                        raise KafkaError(ErrorCode.fenced_instance_id, "")
+                    if not member.uses_classic_protocol:
+                        raise KafkaError(ErrorCode.unknown_member_id, "")
+            except KafkaError as e:
+                out.append(MemberLeft(who.member_id, who.group_instance_id, e.code))
+                continue
+            log.info("[GroupId %s] Classic member %s (instance id %s) left the consumer group through LeaveGroup%s",
+                     group.group_id, member.member_id, member.instance_id,
+                     f" ({who.reason})" if who.reason else "")
+            if all(m.member_id != member.member_id for m in leaving):
+                leaving.append(member)
+            out.append(MemberLeft(member.member_id, who.group_instance_id, ErrorCode.none))
+        records = self.consumer.removal(group, leaving) if leaving else []
+        return CoordinatorResult(records, LeaveResult(ErrorCode.none, out))
