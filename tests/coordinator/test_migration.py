@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gregor.protocol.consumer_protocol import decode_assignment
+from gregor.coordinator.group.classic_members import decode_subscription
+from gregor.protocol.consumer_protocol import decode_assignment, encode_assignment
 from gregor.protocol.errors import ErrorCode
 from tests.coordinator.consumer_clients import Client, ConsumerHarness
 
@@ -70,7 +71,9 @@ def subscription(topics: list[str], owned: set[tuple[str, int]], version: int = 
 
 class ClassicClient:
     """A classic consumer as librdkafka drives one: eager (revokes everything before it joins) or
-    cooperative (keeps what it owns, gives up what SyncGroup no longer lists, then rejoins)."""
+    cooperative (keeps what it owns, gives up what SyncGroup no longer lists, then rejoins). As the
+    leader of a classic group it assigns like a sticky assignor: what members own stays theirs, the
+    rest goes round the members. ``beat`` moves it one step (a join or sync may wait)."""
 
     def __init__(self, h: ConsumerHarness, topics: list[str], cooperative: bool = True, group: str = "g",
                  instance: str | None = None, session: int = 10_000, rebalance: int = 30_000) -> None:
@@ -79,29 +82,67 @@ class ClassicClient:
         self.member_id, self.generation = "", -1
         self.owned_names: set[tuple[str, int]] = set()
         self.needs_join = True
+        self.pending: tuple[str, Any] | None = None
         self.protocol = "cooperative-sticky" if cooperative else "range"
+
+    @property
+    def busy(self) -> bool:
+        return self.needs_join or self.pending is not None
 
     def join_and_sync(self) -> int:
         if not self.cooperative:
             self.owned_names = set()  # eager: every partition is revoked before JoinGroup
-        r = self.h.join(self.group, member_id=self.member_id, instance=self.instance, session=self.session,
+        self.needs_join = False
+        d = self.h.join(self.group, member_id=self.member_id, instance=self.instance, session=self.session,
                         rebalance=self.rebalance,
-                        protocols=[(self.protocol, subscription(self.topics, self.owned_names))]).result()
-        if r.error == ErrorCode.member_id_required:
-            self.member_id = r.member_id
-            return self.join_and_sync()
+                        protocols=[(self.protocol, subscription(self.topics, self.owned_names))])
+        self.pending = ("join", d)
+        return self._resume()
+
+    def _resume(self) -> int:
+        assert self.pending is not None
+        kind, d = self.pending
+        if not d.done:
+            return 0
+        self.pending = None
+        r = d.result()
+        if kind == "join":
+            if r.error == ErrorCode.member_id_required:
+                self.member_id = r.member_id
+                return self.join_and_sync()
+            if r.error:
+                return self._lost(r.error)
+            self.member_id, self.generation = r.member_id, r.generation_id
+            assignments = self._assign(r.members) if r.members else None
+            self.pending = ("sync", self.h.sync(self.group, r.generation_id, self.member_id, assignments,
+                                                instance=self.instance, protocol_type="consumer",
+                                                protocol_name=r.protocol_name))
+            return self._resume()
         if r.error:
             return self._lost(r.error)
-        self.member_id, self.generation = r.member_id, r.generation_id
-        s = self.h.sync(self.group, r.generation_id, self.member_id, instance=self.instance,
-                        protocol_type="consumer", protocol_name=r.protocol_name).result()
-        if s.error:
-            return self._lost(s.error)
-        assigned = {(t, p) for t, ps in decode_assignment(s.assignment) for p in ps}
+        assigned = {(t, p) for t, ps in decode_assignment(r.assignment) for p in ps}
         revoked = self.owned_names - assigned
         self.owned_names = assigned
         self.needs_join = self.cooperative and bool(revoked)
         return 0
+
+    def _assign(self, members: list[dict[str, Any]]) -> dict[str, bytes]:
+        subs = {m["member_id"]: decode_subscription(m["metadata"]) for m in members}
+        out: dict[str, set[tuple[str, int]]] = {mid: set() for mid in subs}
+        owner: dict[tuple[str, int], str] = {}
+        for mid, sub in subs.items():
+            for t, ps in sub.owned:
+                for p in ps:
+                    owner.setdefault((t, p), mid)
+        topics = sorted({t for sub in subs.values() for t in sub.topics})
+        for t in topics:
+            for p in range(self.h.catalogue[t][1]):
+                mid = owner.get((t, p))
+                if mid is None:
+                    mid = min((m for m in subs if t in subs[m].topics), key=lambda m: (len(out[m]), m))
+                out[mid].add((t, p))
+        return {mid: encode_assignment(sorted((t, sorted(p for tt, p in tps if tt == t))
+                                              for t in {t for t, _ in tps})) for mid, tps in out.items()}
 
     def _lost(self, error: int) -> int:
         if error in (ErrorCode.unknown_member_id, ErrorCode.illegal_generation, ErrorCode.fenced_instance_id):
@@ -112,6 +153,8 @@ class ClassicClient:
         return error
 
     def beat(self) -> int:
+        if self.pending is not None:
+            return self._resume()
         if self.needs_join:
             return self.join_and_sync()
         e = self.h.heartbeat(self.group, self.generation, self.member_id, self.instance)
@@ -121,7 +164,7 @@ class ClassicClient:
 
     def leave(self) -> None:
         self.h.leave(self.group, (self.member_id, self.instance))
-        self.owned_names, self.member_id, self.needs_join = set(), "", True
+        self.owned_names, self.member_id, self.needs_join, self.pending = set(), "", True, None
 
     def partitions(self) -> set[tuple[Any, int]]:
         return {(self.h.catalogue[t][0], p) for t, p in self.owned_names}
@@ -130,12 +173,12 @@ class ClassicClient:
 def settle(clients: list[Any], rounds: int = 30) -> None:
     """Every client beats until nothing changes; no partition has two owners after any step."""
     for _ in range(rounds):
-        before = [(c.partitions(), getattr(c, "needs_join", False)) for c in clients]
+        before = [(c.partitions(), getattr(c, "busy", False)) for c in clients]
         for c in clients:
             c.beat()
             disjoint(clients)
-        if before == [(c.partitions(), getattr(c, "needs_join", False)) for c in clients] and all(
-                not getattr(c, "needs_join", False) for c in clients):
+        if before == [(c.partitions(), getattr(c, "busy", False)) for c in clients] and all(
+                not getattr(c, "busy", False) for c in clients):
             return
     raise AssertionError("the group did not settle")
 
@@ -273,7 +316,7 @@ def test_random_mixed_membership_never_gives_a_partition_to_two_members(seed):
             c.beat()
             disjoint(live)
         h.sleep(rng.choice([100, 1000, 5000]))
-        if rng.random() < 0.1 and all(not getattr(c, "needs_join", False) for c in live):
+        if rng.random() < 0.1 and all(not getattr(c, "busy", False) for c in live):
             assert snapshot(h.load_fresh()) == snapshot(h.shard)
     for _ in range(12):  # the crashed ones' sessions end (and those of all but the first)
         h.sleep(5_000)
@@ -302,3 +345,149 @@ def test_classic_members_commit_at_their_generation():
     assert commit(b.generation, 9) == ErrorCode.none
     assert commit(b.generation - 1, 7) == ErrorCode.illegal_generation
     assert h.committed("g") == {("foo", 0): 9}
+
+
+# -- online upgrade and downgrade -----------------------------------------------------------------
+def classic_group(h: ConsumerHarness, n: int, cooperative: bool = True, topics: list[str] | None = None
+                  ) -> list[ClassicClient]:
+    clients = [ClassicClient(h, topics or ["foo"], cooperative=cooperative) for _ in range(n)]
+    for _ in range(10):
+        for c in clients:
+            c.beat()
+        disjoint(clients)
+        if not any(c.busy for c in clients) and h.state("g") == "Stable":
+            return clients
+    raise AssertionError("the classic group did not form")
+
+
+@pytest.mark.parametrize("cooperative", [True, False])
+def test_online_upgrade_keeps_the_classic_members_and_their_partitions(cooperative):
+    h = ConsumerHarness()
+    b, c = classic_group(h, 2, cooperative)
+    assert h.commit("g", {("foo", 0): 3}, generation=b.generation, member_id=b.member_id) == {("foo", 0): 0}
+    owned_before = {b.member_id: b.partitions(), c.member_id: c.partitions()}
+    a = Client(h, ["foo"])
+    assert a.beat().error == ErrorCode.none
+    assert "g" not in h.shard.groups
+    group = h.group()
+    assert set(group.members) == {a.member_id, b.member_id, c.member_id}
+    assert {mid: frozenset((t, p) for t, ps in group.members[mid].assigned.items() for p in ps)
+            for mid in (b.member_id, c.member_id)} == owned_before  # they keep their assignment
+    assert group.members[b.member_id].classic.session_timeout_ms == 10_000
+    assert not a.partitions()  # everything is still held by the classic members
+    settle([a, b, c])
+    assert sorted(len(x.partitions()) for x in (a, b, c)) == [2, 2, 2]
+    assert h.committed("g") == {("foo", 0): 3}
+    assert snapshot(h.load_fresh()) == snapshot(h.shard)
+    h.reload()
+    settle([a, b, c])
+    assert sorted(len(x.partitions()) for x in (a, b, c)) == [2, 2, 2]
+
+
+def test_online_upgrade_answers_a_rebalance_under_way():
+    h = ConsumerHarness()
+    b, c = classic_group(h, 2)
+    d = ClassicClient(h, ["foo"])
+    d.beat()  # MEMBER_ID_REQUIRED, then its join waits for b and c
+    assert d.pending is not None and not d.pending[1].done
+    a = Client(h, ["foo"])
+    assert a.beat().error == ErrorCode.none
+    assert d.pending[1].done and d.pending[1].result().error == ErrorCode.rebalance_in_progress
+    settle([a, b, c, d])
+    assert sorted(len(x.partitions()) for x in (a, b, c, d)) == [1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("policy", ["disabled", "downgrade"])
+def test_no_online_upgrade_unless_the_policy_allows_it(policy):
+    h = ConsumerHarness(consumer_migration_policy=policy)
+    classic_group(h, 1)
+    r = Client(h, ["foo"]).beat()
+    assert r.error == ErrorCode.group_id_not_found and "online upgrade is disabled" in r.error_message
+    assert h.state("g") == "Stable" and "g" not in h.shard.consumer_groups
+
+
+def test_no_online_upgrade_of_a_group_that_is_not_a_consumer_group():
+    h = ConsumerHarness()
+    h.join_new("g", protocol_type="connect", protocols=[("v1", b"x")])
+    r = Client(h, ["foo"]).beat()
+    assert r.error == ErrorCode.group_id_not_found and "consumer embedded protocol" in r.error_message
+
+
+@pytest.mark.parametrize("policy", ["disabled", "upgrade"])
+def test_empty_groups_convert_both_ways_whatever_the_policy(policy):
+    h = ConsumerHarness(consumer_migration_policy=policy)
+    (b,) = classic_group(h, 1)
+    b.leave()
+    a = Client(h, ["foo"])
+    assert a.beat().error == ErrorCode.none and "g" in h.shard.consumer_groups
+    a.leave()
+    (b,) = classic_group(h, 1)
+    assert h.state("g") == "Stable" and "g" not in h.shard.consumer_groups
+
+
+@pytest.mark.parametrize("cooperative", [True, False])
+def test_online_downgrade_when_the_last_consumer_member_leaves(cooperative):
+    h = ConsumerHarness(consumer_migration_policy="bidirectional")
+    a = Client(h, ["foo"])
+    a.beat()
+    b, c = ClassicClient(h, ["foo"], cooperative), ClassicClient(h, ["foo"], cooperative)
+    settle([a, b, c])
+    assert h.commit("g", {("foo", 1): 8}, generation=b.generation, member_id=b.member_id) == {("foo", 1): 0}
+    a.leave()
+    assert "g" not in h.shard.consumer_groups and h.state("g") == "PreparingRebalance"
+    assert set(h.shard.groups["g"].members) == {b.member_id, c.member_id}
+    settle([b, c])
+    assert h.state("g") == "Stable" and sorted(len(x.partitions()) for x in (b, c)) == [3, 3]
+    assert h.committed("g") == {("foo", 1): 8}
+    h.reload()
+    assert "g" not in h.shard.consumer_groups and h.state("g") == "Stable"
+    settle([b, c])
+    assert sorted(len(x.partitions()) for x in (b, c)) == [3, 3]
+
+
+def test_no_online_downgrade_unless_the_policy_allows_it():
+    h = ConsumerHarness(consumer_migration_policy="upgrade")
+    a, b = Client(h, ["foo"]), ClassicClient(h, ["foo"])
+    settle([a, b])
+    a.leave()
+    assert "g" not in h.shard.groups and set(h.group().members) == {b.member_id}
+    settle([b])
+    assert len(b.partitions()) == 6
+
+
+def test_online_downgrade_when_the_last_consumer_member_times_out():
+    h = ConsumerHarness(consumer_migration_policy="bidirectional")
+    a, b = Client(h, ["foo"]), ClassicClient(h, ["foo"])
+    settle([a, b])
+    for _ in range(10):
+        h.sleep(5_000)
+        b.beat()
+    assert "g" not in h.shard.consumer_groups and b.member_id in h.shard.groups["g"].members
+    a.owned = {}
+    settle([b])
+    assert len(b.partitions()) == 6 and h.state("g") == "Stable"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_migrations_never_give_a_partition_to_two_members(seed):
+    """Policy bidirectional: members of both kinds come and go, so the group turns classic and back
+    (online and when empty); after every step no partition has two owners, and replay gives the
+    same consumer group."""
+    rng = random.Random(seed)
+    h = ConsumerHarness(consumer_migration_policy="bidirectional")
+    live: list[Any] = []
+    for _step in range(80):
+        op = rng.random()
+        if op < 0.3 or not live:
+            live.append(Client(h, ["foo", "bar"]) if rng.random() < 0.5 else ClassicClient(
+                h, ["foo", "bar"], cooperative=seed % 2 == 0))
+        elif op < 0.45:
+            live.pop(rng.randrange(len(live))).leave()
+        for c in rng.sample(live, len(live)):
+            c.beat()
+            disjoint(live)
+        h.sleep(rng.choice([100, 1000]))
+        if "g" in h.shard.consumer_groups and all(not getattr(c, "busy", False) for c in live):
+            assert snapshot(h.load_fresh()) == snapshot(h.shard)
+    settle(live, rounds=80)
+    assert sum(len(c.partitions()) for c in live) == (9 if live else 0)

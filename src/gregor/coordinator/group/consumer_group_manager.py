@@ -65,6 +65,7 @@ from gregor.protocol.consumer_offsets import (
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupTargetAssignmentMetadataValue,
+    GroupMetadataKey,
     TopicMetadata,
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -214,17 +215,28 @@ class ConsumerGroupManager:
                              f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
                              f"{', '.join(self.ctx.config.consumer_assignors)}.")
 
-    def _group(self, group_id: str, create: bool) -> ConsumerGroup:
+    def _group(self, group_id: str, create: bool, records: list[Record]) -> ConsumerGroup:
+        """The consumer group (Kafka: getOrMaybeCreateConsumerGroup); a joining member converts a
+        classic group: an empty one always (its committed offsets stay), one with members when the
+        online upgrade is allowed (migration.py). The conversion's records go to ``records``."""
         group = self.groups.get(group_id)
         if group is not None:
             return group
         classic = self.ctx.groups.get(group_id)
-        if classic is not None and (classic.members or not create):
+        if classic is not None and create:
+            from gregor.coordinator.group import migration
+
+            if not classic.members:
+                log.info("[GroupId %s] Converting the empty classic group to a consumer group", group_id)
+                records.append((GroupMetadataKey(group_id), None))
+                return ConsumerGroup(group_id, state_since_ms=self._now())
+            problem = migration.upgrade_problem(self.ctx, classic)
+            if problem is not None:
+                log.info("[GroupId %s] Cannot upgrade the classic group to a consumer group: %s", group_id, problem)
+                raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group: {problem}.")
+            return migration.upgrade(self.ctx, classic, records)
+        if classic is not None:
             raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
-        if classic is not None and self.ctx.config.consumer_migration_policy not in ("upgrade", "bidirectional"):
-            raise KafkaError(ErrorCode.group_id_not_found,
-                             f"Group {group_id} is a classic group and group.consumer.migration.policy is "
-                             f"{self.ctx.config.consumer_migration_policy}.")
         if not create:
             raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} not found.")
         return ConsumerGroup(group_id, state_since_ms=self._now())  # comes into being when replayed
@@ -279,14 +291,12 @@ class ConsumerGroupManager:
         cfg = self.ctx.config
         records: list[Record] = []
         joining = req.member_epoch == JOIN_EPOCH
-        group = self._group(req.group_id, joining)
+        group = self._group(req.group_id, joining, records)
         member_id = req.member_id or str(uuid.uuid4())
         if len(group.members) >= cfg.consumer_max_size and member_id not in group.members:
             raise KafkaError(ErrorCode.group_max_size_reached,
                              f"The consumer group has reached its maximum capacity of {cfg.consumer_max_size} "
                              f"members.")
-        if joining and req.group_id in self.ctx.groups and req.group_id not in self.groups:
-            records += self._convert_empty_classic(req.group_id)
         member = self._member(group, req, member_id, records)
         rejoined = joining and member_id in group.members  # it abandoned what it had: starts again from 0
         if rejoined:
@@ -516,17 +526,9 @@ class ConsumerGroupManager:
             return known[0]
         return max(known, key=lambda n: (votes.get(n, 0), -known.index(n)))
 
-    def _convert_empty_classic(self, group_id: str) -> list[Record]:
-        """An empty classic group becomes a consumer group (group.consumer.migration.policy);
-        its committed offsets stay."""
-        from gregor.protocol.consumer_offsets import GroupMetadataKey
-
-        log.info("[GroupId %s] Converting the empty classic group to a consumer group", group_id)
-        return [(GroupMetadataKey(group_id), None)]
-
     # -- leaving and fencing --------------------------------------------------------------------
     def _leave(self, req: ConsumerHeartbeatRequest) -> Result:
-        group = self._group(req.group_id, False)
+        group = self._group(req.group_id, False, [])
         response = ConsumerHeartbeatResult(ErrorCode.none, None, req.member_id, req.member_epoch)
         if req.instance_id is None:
             member = group.members.get(req.member_id)

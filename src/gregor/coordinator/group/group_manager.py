@@ -267,6 +267,13 @@ class GroupManager:
         if group.can_rebalance:
             self._prepare_rebalance(group, reason)
 
+    def prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        """Start a rebalance now (a group converted from a consumer group: migration.py)."""
+        self._prepare_rebalance(group, reason)
+
+    def schedule_heartbeat(self, group: ClassicGroup, member: Member) -> None:
+        self._schedule_heartbeat(group, member)
+
     def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
         if group.is_in(S.COMPLETING_REBALANCE):
             self._reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress)

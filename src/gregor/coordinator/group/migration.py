@@ -6,19 +6,57 @@ A group id names one group, of one kind: a classic group (``ctx.groups``) or a c
 group (``ctx.consumer_groups``), never both. The classic APIs (JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup) reach a consumer-protocol group through here:
 
-- an **empty** consumer group is replaced by a classic group when a classic member joins, whatever
+- an **empty** consumer group is replaced by a classic group when a classic member joins, and an
+  empty classic group by a consumer group when a consumer-protocol member joins, whatever
   ``group.consumer.migration.policy`` says (Kafka: conversions of empty groups are always
-  allowed); its committed offsets stay;
-- a consumer group **with members** serves classic members itself (``classic_members``).
+  allowed); committed offsets stay;
+- a consumer group **with members** serves classic members itself (``classic_members``);
+- **online upgrade**: a consumer-protocol member joining a classic group with members converts it
+  (policy ``upgrade`` or ``bidirectional``, protocol type "consumer", every member's metadata
+  readable): the classic members become classic members of the consumer group, keeping their
+  assignment, and rejoin (their Heartbeat answers REBALANCE_IN_PROGRESS, the group epoch moved);
+- **online downgrade**: when the last consumer-protocol member leaves and classic members remain
+  (policy ``downgrade`` or ``bidirectional``), the group becomes a classic group and rebalances.
 """
 
 from __future__ import annotations
 
 import logging
 
-from gregor.coordinator.group.consumer_group_manager import ConsumerGroupManager
+from gregor.coordinator.group.api import JoinResult, SyncResult
+from gregor.coordinator.group.classic_members import (
+    PROTOCOL_TYPE,
+    decodable,
+    decode_subscription,
+    encode_assignment_for,
+)
+from gregor.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember, MemberState, TopicId
+from gregor.coordinator.group.consumer_group_manager import (
+    ConsumerGroupManager,
+    current_assignment_record,
+    epoch_record,
+    member_record,
+    removal_records,
+    target_record,
+)
 from gregor.coordinator.group.context import ShardContext
+from gregor.coordinator.group.group_manager import (
+    GroupManager,
+    group_record,
+    heartbeat_key,
+    join_key,
+    pending_key,
+    sync_key,
+)
+from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.runtime.result import Record
+from gregor.protocol.consumer_offsets import (
+    ClassicMemberMetadata,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    GroupMetadataKey,
+)
+from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger("gregor.coordinator")
 
@@ -34,3 +72,141 @@ def empty_consumer_group_tombstones(ctx: ShardContext, consumer: ConsumerGroupMa
     consumer.forget(group_id)
     log.info("[GroupId %s] Converting the empty consumer group to a classic group", group_id)
     return records
+
+
+# -- online upgrade: a classic group with members becomes a consumer group -----------------------
+def upgrade_problem(ctx: ShardContext, classic: ClassicGroup) -> str | None:
+    """Why the classic group cannot become a consumer group now (None: it can; Kafka:
+    validateOnlineUpgrade, and the embedded protocol must be readable)."""
+    policy = ctx.config.consumer_migration_policy
+    if policy not in ("upgrade", "bidirectional"):
+        return f"the online upgrade is disabled (group.consumer.migration.policy={policy})"
+    if classic.protocol_type != PROTOCOL_TYPE:
+        return "the group does not use the consumer embedded protocol"
+    if len(classic.members) > ctx.config.consumer_max_size:
+        return "the group size exceeds the consumer group maximum size"
+    for m in classic.members.values():
+        if not decodable([(name, meta) for name, meta in m.protocols]):
+            return f"the embedded consumer protocol of member {m.member_id} is malformed"
+    return None
+
+
+def upgrade(ctx: ShardContext, classic: ClassicGroup, records: list[Record]) -> ConsumerGroup:
+    """The consumer group the classic group becomes (Kafka: convertToConsumerGroup,
+    ConsumerGroup.fromClassicGroup): every member a classic member at the group's generation,
+    Stable, holding its last assignment (and what its last JoinGroup says it owns, so that a
+    cooperative member caught in a rebalance keeps its partitions until it revokes them). The
+    records (the classic group tombstoned, the consumer group's records) go to ``records``; the
+    group returned is what replaying them builds, for the heartbeat that converts it to go on."""
+    from gregor.protocol.consumer_protocol import decode_assignment
+
+    gid, gen = classic.group_id, classic.generation_id
+    now = ctx.clock()
+    # in-flight joins and syncs learn that another rebalance is under way; the classic timers stop
+    for m in classic.members.values():
+        if m.awaiting_join is not None:
+            ctx.answer(m.awaiting_join, JoinResult(error=ErrorCode.rebalance_in_progress, member_id=m.member_id))
+            m.awaiting_join = None
+        if m.awaiting_sync is not None:
+            ctx.answer(m.awaiting_sync, SyncResult(error=ErrorCode.rebalance_in_progress))
+            m.awaiting_sync = None
+        ctx.timer.cancel(heartbeat_key(gid, m.member_id))
+    for member_id in classic.pending_members:
+        ctx.timer.cancel(pending_key(gid, member_id))
+    ctx.timer.cancel(join_key(gid))
+    ctx.timer.cancel(sync_key(gid))
+    records.append((GroupMetadataKey(gid), None))
+
+    group = ConsumerGroup(gid, group_epoch=gen, assignment_epoch=gen, state_since_ms=now)
+    claimed: set[tuple[TopicId, int]] = set()
+
+    def ids(pairs: list[tuple[str, list[int]]]) -> dict[TopicId, set[int]]:
+        out: dict[TopicId, set[int]] = {}
+        for topic, partitions in pairs:
+            meta = ctx.topic_metadata(topic)
+            if meta is None:
+                continue
+            for p in partitions:
+                if 0 <= p < meta[1] and (meta[0], p) not in claimed:
+                    claimed.add((meta[0], p))
+                    out.setdefault(meta[0], set()).add(p)
+        return out
+
+    members = []
+    for m in classic.members.values():
+        protocol = classic.protocol_name or m.protocols[0][0]
+        sub = decode_subscription(m.metadata_for(protocol) or m.protocols[0][1])
+        held = ids(decode_assignment(m.assignment) + sub.owned)
+        assigned = {t: frozenset(ps) for t, ps in held.items() if ps}
+        member = ConsumerMember(
+            m.member_id, instance_id=m.group_instance_id, rack_id=sub.rack_id, client_id=m.client_id,
+            client_host=m.client_host, subscribed_topic_names=tuple(sorted(set(sub.topics))),
+            rebalance_timeout_ms=m.rebalance_timeout_ms, member_epoch=gen, previous_member_epoch=gen,
+            state=MemberState.STABLE, assigned=assigned,
+            classic=ClassicMemberMetadata(m.session_timeout_ms, list(m.protocols)))
+        group.target[m.member_id] = assigned
+        group.put_member(member, now)
+        members.append(member)
+    records += [member_record(gid, m) for m in members]
+    records.append(epoch_record(gid, gen))
+    records += [target_record(gid, m.member_id, m.assigned) for m in members]
+    records.append((ConsumerGroupTargetAssignmentMetadataKey(gid),
+                    ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=gen)))
+    records += [current_assignment_record(gid, m) for m in members]
+    log.info("[GroupId %s] Converting the classic group with %d members (generation %d) to a consumer group",
+             gid, len(members), gen)
+    return group
+
+
+# -- online downgrade: only classic members are left ---------------------------------------------
+class Downgrade:
+    """When the last consumer-protocol member leaves (or is fenced) and classic members remain,
+    the group becomes a classic group again and rebalances (Kafka: validateOnlineDowngrade-
+    WithFencedMember, convertToClassicGroup, ClassicGroup.fromConsumerGroup). The classic group is
+    built in memory here, and its records (the consumer group's tombstones, then the GroupMetadata
+    record of the classic group, Stable, each member holding its target assignment) are not
+    replayed."""
+
+    def __init__(self, ctx: ShardContext, classic: GroupManager, consumer: ConsumerGroupManager) -> None:
+        self.ctx, self.classic, self.consumer = ctx, classic, consumer
+
+    def __call__(self, group: ConsumerGroup, leaving: ConsumerMember) -> list[Record] | None:
+        ctx, gid = self.ctx, group.group_id
+        if leaving.uses_classic_protocol or not group.all_classic_except(leaving.member_id) \
+                or len(group.members) <= 1:
+            return None
+        policy = ctx.config.consumer_migration_policy
+        if policy not in ("downgrade", "bidirectional"):
+            log.info("[GroupId %s] Cannot downgrade the consumer group to a classic group because the online "
+                     "downgrade is disabled (group.consumer.migration.policy=%s)", gid, policy)
+            return None
+        if len(group.members) - 1 > ctx.config.max_size:
+            log.info("[GroupId %s] Cannot downgrade the consumer group to a classic group because its size is "
+                     "greater than group.max.size", gid)
+            return None
+        now = ctx.clock()
+        classic = ClassicGroup(gid, state=GroupState.STABLE, protocol_type=PROTOCOL_TYPE,
+                               generation_id=group.group_epoch, state_timestamp_ms=now)
+        names = {tid: name for name, (tid, _n) in group.subscription_metadata.items()}
+        rest = [m for mid, m in group.members.items() if mid != leaving.member_id]
+        for m in rest:
+            assert m.classic is not None
+            classic.add(Member(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                               m.classic.session_timeout_ms, PROTOCOL_TYPE, list(m.classic.supported_protocols)))
+        classic.protocol_name = classic.select_protocol()
+        for m in rest:
+            classic.members[m.member_id].assignment = encode_assignment_for(m, group.target_of(m.member_id), names)
+        records: list[Record] = []
+        for m in group.members.values():
+            records += removal_records(gid, m.member_id)
+        records += self.consumer.delete_group(gid)
+        records.append(group_record(classic))
+        log.info("[GroupId %s] Downgrading the consumer group to a classic group: member %s left and %d classic "
+                 "members remain", gid, leaving.member_id, len(rest))
+        self.consumer.forget(gid)
+        ctx.groups[gid] = classic
+        for member in classic.members.values():
+            self.classic.schedule_heartbeat(classic, member)
+        self.classic.prepare_rebalance(classic, f"Downgrade group {gid} from consumer to classic.")
+        ctx.membership_changed()
+        return records

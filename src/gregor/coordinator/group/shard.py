@@ -44,7 +44,7 @@ from gregor.coordinator.group.consumer_group import ConsumerGroup
 from gregor.coordinator.group.consumer_group_manager import CONSUMER_GROUP_KEYS, ConsumerGroupManager
 from gregor.coordinator.group.context import GroupConfig, ShardContext
 from gregor.coordinator.group.group_manager import GroupManager
-from gregor.coordinator.group.migration import empty_consumer_group_tombstones
+from gregor.coordinator.group.migration import Downgrade, empty_consumer_group_tombstones
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.group.offset_manager import OffsetManager
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
@@ -81,6 +81,7 @@ class GroupCoordinatorShard:
         self.offsets_mgr = OffsetManager(self.ctx)
         self.consumer_mgr = ConsumerGroupManager(self.ctx)
         self.classic_members = ClassicMembers(self.ctx, self.consumer_mgr)
+        self.consumer_mgr.on_fence = Downgrade(self.ctx, self.groups_mgr, self.consumer_mgr)
 
     @property
     def partition(self) -> int:
