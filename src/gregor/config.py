@@ -277,9 +277,11 @@ KEYS: dict[str, Key] = {
         Key("group.consumer.slow.phase.ms", _int_range(1, INT_MAX), 60000,
             "a consumer-protocol group outside Stable (Closing, Starting) longer than this is logged once, with "
             "the members that hold it up (gregor_group_member_holding_seconds shows them at any time)"),
-        Key("group.consumer.migration.policy", _one_of(MIGRATION_POLICIES), "upgrade",
-            "whether an empty classic group becomes a consumer-protocol group when such a member joins "
-            "(upgrade, bidirectional) or not (disabled, downgrade)"),
+        Key("group.consumer.migration.policy", _one_of(MIGRATION_POLICIES), "bidirectional",
+            "online migration between the classic and the consumer protocol (empty groups convert both ways "
+            "whatever this says, as Kafka): upgrade lets a consumer-protocol member convert a classic group with "
+            "members, downgrade lets the last one leaving convert a group of classic members back to a classic "
+            "group, bidirectional both (Kafka 4's default), disabled neither"),
         Key("producer.id.expiration.ms", _int_range(1, INT_MAX), 86400000,
             "accepted; idle producer state is not expired yet (kept until restart without a snapshot)",
             applies=False),

@@ -144,6 +144,9 @@ class GroupCoordinatorShard:
             # a classic member of a consumer group commits at its generation (= its member epoch),
             # with any OffsetCommit version (Kafka: ConsumerGroup.validateOffsetCommit)
             if req.generation_id != member.member_epoch:
+                log.info("[GroupId %s] OffsetCommit of classic member %s refused: generation %d, member epoch %d "
+                         "(%s)", req.group_id, member.member_id, req.generation_id, member.member_epoch,
+                         member.state.name)
                 return CoordinatorResult([], {(p.topic, p.partition): ErrorCode.illegal_generation
                                               for p in req.partitions})
             req = replace(req, api_version=max(req.api_version, 9))
