@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from gregor.coordinator.group.classic_members import decode_subscription
-from gregor.protocol.consumer_protocol import decode_assignment, encode_assignment
+from gregor.protocol.consumer_protocol import decode_assignment, decode_subscription, encode_assignment
 from gregor.protocol.errors import ErrorCode
 from tests.coordinator.consumer_clients import Client, ConsumerHarness
 

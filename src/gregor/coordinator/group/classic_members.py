@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import struct
 import uuid
-from dataclasses import dataclass
 
 from gregor.coordinator.group.api import (
     HeartbeatRequest,
@@ -58,78 +57,17 @@ from gregor.coordinator.group.consumer_group_manager import (
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.protocol.consumer_offsets import ClassicMemberMetadata
-from gregor.protocol.consumer_protocol import encode_assignment
+from gregor.protocol.consumer_protocol import (
+    MalformedSubscription,
+    Subscription,
+    decode_subscription,
+    encode_assignment,
+)
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.coordinator")
 
 PROTOCOL_TYPE = "consumer"
-
-
-# -- the embedded consumer protocol -------------------------------------------------------------
-@dataclass(frozen=True)
-class Subscription:
-    """A ConsumerProtocolSubscription (versions 0-3; later versions read as 3)."""
-
-    version: int
-    topics: list[str]
-    owned: list[tuple[str, list[int]]]
-    generation_id: int = -1
-    rack_id: str | None = None
-
-
-class MalformedSubscription(ValueError):
-    pass
-
-
-def decode_subscription(data: bytes) -> Subscription:
-    try:
-        pos = 0
-
-        def i16() -> int:
-            nonlocal pos
-            (v,) = struct.unpack_from(">h", data, pos)
-            pos += 2
-            return int(v)
-
-        def i32() -> int:
-            nonlocal pos
-            (v,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            return int(v)
-
-        def string() -> str | None:
-            nonlocal pos
-            n = i16()
-            if n < 0:
-                return None
-            if pos + n > len(data):
-                raise MalformedSubscription("string beyond the end")
-            v = data[pos:pos + n].decode()
-            pos += n
-            return v
-
-        version = i16()
-        if version < 0:
-            raise MalformedSubscription(f"version {version}")
-        topics = [string() or "" for _ in range(max(i32(), 0))]
-        n = i32()  # user data
-        pos += max(n, 0)
-        owned: list[tuple[str, list[int]]] = []
-        generation, rack = -1, None
-        if version >= 1:
-            for _ in range(max(i32(), 0)):
-                topic = string() or ""
-                owned.append((topic, [i32() for _ in range(max(i32(), 0))]))
-        if version >= 2:
-            generation = i32()
-        if version >= 3:
-            rack = string()
-        if pos > len(data):
-            raise MalformedSubscription("user data beyond the end")
-        return Subscription(version, topics, owned, generation, rack)
-    except (struct.error, UnicodeDecodeError) as e:
-        raise MalformedSubscription(str(e)) from e
 
 
 def decodable(protocols: list[tuple[str, bytes]]) -> bool:

@@ -29,7 +29,7 @@ class GroupConfig:
     consumer_heartbeat_interval_ms: int = 5_000
     consumer_max_size: int = 2**31 - 1
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
-    consumer_migration_policy: str = "upgrade"  # disabled | upgrade | downgrade | bidirectional
+    consumer_migration_policy: str = "bidirectional"  # disabled | upgrade | downgrade | bidirectional
     consumer_slow_phase_ms: int = 60_000  # a group outside Stable longer than this is logged with who holds it
 
 

@@ -24,12 +24,7 @@ from __future__ import annotations
 import logging
 
 from gregor.coordinator.group.api import JoinResult, SyncResult
-from gregor.coordinator.group.classic_members import (
-    PROTOCOL_TYPE,
-    decodable,
-    decode_subscription,
-    encode_assignment_for,
-)
+from gregor.coordinator.group.classic_members import PROTOCOL_TYPE, decodable, encode_assignment_for
 from gregor.coordinator.group.consumer_group import ConsumerGroup, ConsumerMember, MemberState, TopicId
 from gregor.coordinator.group.consumer_group_manager import (
     ConsumerGroupManager,
@@ -98,7 +93,7 @@ def upgrade(ctx: ShardContext, classic: ClassicGroup, records: list[Record]) -> 
     cooperative member caught in a rebalance keeps its partitions until it revokes them). The
     records (the classic group tombstoned, the consumer group's records) go to ``records``; the
     group returned is what replaying them builds, for the heartbeat that converts it to go on."""
-    from gregor.protocol.consumer_protocol import decode_assignment
+    from gregor.protocol.consumer_protocol import decode_assignment, decode_subscription
 
     gid, gen = classic.group_id, classic.generation_id
     now = ctx.clock()

@@ -35,6 +35,7 @@ from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.protocol.consumer_offsets import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
+from gregor.protocol.consumer_protocol import MalformedSubscription, decode_subscription
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.coordinator")
@@ -54,6 +55,11 @@ class OffsetManager:
         if consumer is not None:
             error = _validate_consumer_member(consumer, req)
             if error is not None:
+                if error in (ErrorCode.stale_member_epoch, ErrorCode.illegal_generation):
+                    member = consumer.members[req.member_id]
+                    log.info("[GroupId %s] OffsetCommit of member %s refused: epoch %d, member epoch %d (%s)",
+                             req.group_id, member.member_id, req.generation_id, member.member_epoch,
+                             member.state.name)
                 return all_(error)
         elif group is None:
             if req.generation_id >= 0:
@@ -111,6 +117,10 @@ class OffsetManager:
             if member is None:
                 raise KafkaError(ErrorCode.unknown_member_id,
                                  f"Member {member_id} is not a member of group {group_id}.")
+            if member_epoch != member.member_epoch and member.uses_classic_protocol:
+                raise KafkaError(ErrorCode.illegal_generation,
+                                 f"Generation {member_epoch} of classic member {member_id} is not its current "
+                                 f"generation {member.member_epoch}.")
             if member_epoch != member.member_epoch:
                 raise KafkaError(ErrorCode.stale_member_epoch,
                                  f"The member epoch {member_epoch} of member {member_id} is stale: the member "
@@ -198,12 +208,17 @@ class OffsetManager:
 
 def _validate_consumer_member(group: ConsumerGroup, req: CommitRequest) -> ErrorCode | None:
     """A commit to a consumer-protocol group (Kafka's ConsumerGroup.validateOffsetCommit): from
-    outside the group (epoch -1) only while it is empty; else from a member at its epoch."""
+    outside the group (epoch -1) only while it is empty; else from a member at its epoch. A
+    consumer-protocol member needs OffsetCommit v9 (the epoch) and a wrong epoch is
+    STALE_MEMBER_EPOCH; a classic member of the group commits at its generation (its member
+    epoch) with any version, and a wrong one is ILLEGAL_GENERATION."""
     if req.generation_id < 0 and not group.members:
         return None
     member = group.members.get(req.member_id)
     if member is None:
         return ErrorCode.unknown_member_id
+    if member.uses_classic_protocol:
+        return ErrorCode.illegal_generation if req.generation_id != member.member_epoch else None
     if req.api_version < 9:
         return ErrorCode.unsupported_version
     if req.generation_id != member.member_epoch:
@@ -212,24 +227,13 @@ def _validate_consumer_member(group: ConsumerGroup, req: CommitRequest) -> Error
 
 
 def subscribed_topics(group: ClassicGroup) -> set[str]:
-    """Topics in the members' consumer-protocol subscriptions (ConsumerProtocolSubscription:
-    version int16, topics [string], ...). Unparseable metadata counts as no topics."""
-    import struct
-
+    """Topics in the members' consumer-protocol subscriptions; unreadable metadata counts as no topics."""
     topics: set[str] = set()
     if group.protocol_type != "consumer":
         return topics
     for m in group.members.values():
-        data = m.metadata_for(group.protocol_name)
         try:
-            pos = 2
-            (n,) = struct.unpack_from(">i", data, pos)
-            pos += 4
-            for _ in range(max(n, 0)):
-                (ln,) = struct.unpack_from(">h", data, pos)
-                pos += 2
-                topics.add(data[pos : pos + ln].decode())
-                pos += ln
-        except (struct.error, UnicodeDecodeError):
+            topics.update(decode_subscription(m.metadata_for(group.protocol_name)).topics)
+        except MalformedSubscription:
             continue
     return topics

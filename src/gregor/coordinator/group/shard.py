@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from gregor.coordinator.group.api import (
@@ -138,18 +137,6 @@ class GroupCoordinatorShard:
         return self.consumer_mgr.steering_changed(group_id)
 
     def commit_offsets(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
-        consumer = self.consumer_groups.get(req.group_id)
-        member = consumer.members.get(req.member_id) if consumer is not None and req.member_id else None
-        if member is not None and member.uses_classic_protocol:
-            # a classic member of a consumer group commits at its generation (= its member epoch),
-            # with any OffsetCommit version (Kafka: ConsumerGroup.validateOffsetCommit)
-            if req.generation_id != member.member_epoch:
-                log.info("[GroupId %s] OffsetCommit of classic member %s refused: generation %d, member epoch %d "
-                         "(%s)", req.group_id, member.member_id, req.generation_id, member.member_epoch,
-                         member.state.name)
-                return CoordinatorResult([], {(p.topic, p.partition): ErrorCode.illegal_generation
-                                              for p in req.partitions})
-            req = replace(req, api_version=max(req.api_version, 9))
         result = self.offsets_mgr.commit(req)
         if req.member_id and result.records:
             self.groups_mgr.touch(req.group_id, req.member_id)
