@@ -195,3 +195,25 @@ def test_operations_on_the_steering_keys():
         op("false", steering.FROZEN, steering.APPEND, "true")
     with pytest.raises(SteeringError):
         op("", steering.PINS, steering.APPEND, "t=a")
+
+
+def test_a_steering_change_whose_epoch_bump_was_lost_is_applied_after_a_load():
+    """The coordinator lost the partition (or restarted) after the steering changed but before it
+    wrote the epoch bump: the broker that loads the group finds the target off its steering and
+    bumps the epoch itself; a group whose target follows its steering is left as it is."""
+    h = Steered()
+    a, b = Client(h, ["foo"], instance="i-a"), Client(h, ["foo"], instance="i-b")
+    converge([a, b])
+    h.reload()
+    assert h.sleep(0) == []  # nothing changed: no new epoch
+    epoch = h.group().group_epoch
+    h.settings = {steering.ISOLATED: "i-b"}  # mirrored from ZooKeeper; the old coordinator's bump never written
+    h.reload()
+    bumped = h.sleep(0)
+    assert [type(k).__name__ for k, _v in bumped] == ["ConsumerGroupMetadataKey"]
+    assert h.group().group_epoch == epoch + 1
+    converge([a, b])
+    assert b.partitions() == set() and len(a.partitions()) == TOPICS["foo"][1]
+    assert_disjoint([a, b])
+    h.reload()
+    assert h.sleep(0) == []

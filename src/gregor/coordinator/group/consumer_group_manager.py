@@ -85,6 +85,9 @@ _LOGGED = {ErrorCode.invalid_request, ErrorCode.unsupported_assignor, ErrorCode.
            ErrorCode.invalid_regular_expression}
 
 
+TARGETS_CHECK_KEY = "consumer-targets-after-load"
+
+
 def session_key(group_id: str, member_id: str) -> str:
     return f"consumer-session-{group_id}-{member_id}"
 
@@ -449,6 +452,25 @@ class ConsumerGroupManager:
         """The target assignment for ``epoch``, steered as the operator said (pins, isolation,
         freeze: the group's gregor.assignment.* configs); records for each member whose target
         changed, then the assignment epoch (Kafka's TargetAssignmentBuilder)."""
+        started = time.perf_counter()
+        name, result = self._steered_assignment(group, members, metadata)
+        took_ms = (time.perf_counter() - started) * 1000
+        steered = group.steered
+        for mid in members:
+            new = {t: ps for t, ps in result.get(mid, {}).items() if ps}
+            if new != group.target_of(mid) or mid not in group.target:
+                records.append(target_record(group.group_id, mid, new))
+        records.append((ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
+                        ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch)))
+        log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor in %.1f ms%s",
+                 group.group_id, epoch, name, took_ms,
+                 "; " + "; ".join(steered.notes) if steered is not None and steered.notes else "")
+        return {mid: {t: ps for t, ps in a.items() if ps} for mid, a in result.items()}
+
+    def _steered_assignment(self, group: ConsumerGroup, members: dict[str, ConsumerMember],
+                            metadata: dict[str, tuple[TopicId, int]]) -> tuple[str, dict[str, Assignment]]:
+        """(the assignor's name, what it assigns each member) with the group's steering now; the
+        steering's notes go to ``group.steered``."""
         name = self._assignor_name(members)
         specs = {}
         infos = {}
@@ -460,18 +482,27 @@ class ConsumerGroupManager:
         spec = assignors.GroupSpec(specs, partitions)
         steered = steering.steer(spec, infos, self._topics_of(group, metadata), self.steering_of(group.group_id))
         group.steered = steered
-        started = time.perf_counter()
-        result = assignors.assignor(name).assign(steered.spec)
-        took_ms = (time.perf_counter() - started) * 1000
-        for mid in members:
-            new = {t: ps for t, ps in result.get(mid, {}).items() if ps}
-            if new != group.target_of(mid) or mid not in group.target:
-                records.append(target_record(group.group_id, mid, new))
-        records.append((ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
-                        ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch)))
-        log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' assignor in %.1f ms%s",
-                 group.group_id, epoch, name, took_ms, "; " + "; ".join(steered.notes) if steered.notes else "")
-        return {mid: {t: ps for t, ps in a.items() if ps} for mid, a in result.items()}
+        return name, assignors.assignor(name).assign(steered.spec)
+
+    def _check_targets_after_load(self) -> CoordinatorResult[None]:
+        """A loaded group whose target assignment is not what its steering gives now gets a new
+        group epoch, so that its next heartbeat computes the target again. This happens when the
+        steering changed while another broker coordinated the group and that broker lost the
+        partition before it wrote the epoch bump (or a broker restarted between the two). A group
+        whose target is due anyway (group epoch ahead of the assignment epoch) is left alone."""
+        records: list[Record] = []
+        for group in self.groups.values():
+            if not group.members or group.group_epoch > group.assignment_epoch:
+                continue
+            _name, result = self._steered_assignment(group, dict(group.members), group.subscription_metadata)
+            now = {mid: {t: frozenset(ps) for t, ps in result.get(mid, {}).items() if ps} for mid in group.members}
+            was = {mid: {t: frozenset(ps) for t, ps in group.target_of(mid).items() if ps} for mid in group.members}
+            if now != was:
+                records.append(epoch_record(group.group_id, group.group_epoch + 1))
+                log.info("[GroupId %s] The target assignment loaded does not follow the group's steering (%s): "
+                         "bumped group epoch to %d", group.group_id, self.steering_of(group.group_id).to_config(),
+                         group.group_epoch + 1)
+        return CoordinatorResult(records)
 
     def _topics_of(self, group: ConsumerGroup, metadata: dict[str, tuple[TopicId, int]]
                    ) -> dict[str, tuple[TopicId, int]]:
@@ -696,7 +727,8 @@ class ConsumerGroupManager:
             pending_revocation={t: frozenset(ps) for t, ps in value.partitions_pending_revocation.items() if ps}))
 
     def on_loaded(self) -> None:
-        """Every member of a loaded group gets a fresh session (and rebalance) timeout, as Kafka does."""
+        """Every member of a loaded group gets a fresh session (and rebalance) timeout, as Kafka does;
+        then the targets are checked against the groups' steering (``_check_targets_after_load``)."""
         for group in self.groups.values():
             for member in group.members.values():
                 self._schedule_session_timeout(group.group_id, member.member_id,
@@ -704,6 +736,8 @@ class ConsumerGroupManager:
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
                     self._schedule_rebalance_timeout(group.group_id, member.member_id, member.member_epoch,
                                                      member.rebalance_timeout_ms)
+        if any(group.members for group in self.groups.values()):
+            self.ctx.timer.schedule(TARGETS_CHECK_KEY, 0, self._check_targets_after_load)
 
     # -- views --------------------------------------------------------------------------------
     def view(self, group: ConsumerGroup) -> ConsumerGroupView:
