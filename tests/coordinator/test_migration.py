@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gregor.protocol.consumer_protocol import decode_assignment, decode_subscription, encode_assignment
-from gregor.protocol.errors import ErrorCode
+from gregor.protocol.errors import ErrorCode, KafkaError
 from tests.coordinator.consumer_clients import Client, ConsumerHarness
 
 
@@ -344,6 +344,19 @@ def test_classic_members_commit_at_their_generation():
     assert commit(b.generation, 9) == ErrorCode.none
     assert commit(b.generation - 1, 7) == ErrorCode.illegal_generation
     assert h.committed("g") == {("foo", 0): 9}
+    # and fetch at their generation (ILLEGAL_GENERATION otherwise, where a consumer member gets STALE_MEMBER_EPOCH)
+    assert [v.offset for _, v in h.shard.fetch_offsets("g", [("foo", 0)], b.member_id, b.generation)] == [9]
+    with pytest.raises(KafkaError) as e:
+        h.shard.fetch_offsets("g", [("foo", 0)], b.member_id, b.generation + 1)
+    assert e.value.code == ErrorCode.illegal_generation
+
+
+def test_describe_says_which_members_speak_the_classic_protocol():
+    h = ConsumerHarness()
+    a, b = Client(h, ["foo"]), ClassicClient(h, ["foo"])
+    settle([a, b])
+    view = h.shard.consumer_group_view("g")
+    assert {m.member_id: m.classic for m in view.members} == {a.member_id: False, b.member_id: True}
 
 
 # -- online upgrade and downgrade -----------------------------------------------------------------

@@ -167,7 +167,8 @@ def describe_consumer_group(admin: AdminClient, args: argparse.Namespace, g: Any
                          "target": [f"{t}-{p}" for t, p in target],
                          "to_revoke": [f"{t}-{p}" for t, p in current if (t, p) not in set(target)],
                          "to_assign": [f"{t}-{p}" for t, p in target if (t, p) not in set(current)],
-                         "subscribed_topics": list(m.subscribed_topic_names)})
+                         "subscribed_topics": list(m.subscribed_topic_names),
+                         "protocol": "classic" if getattr(m, "member_type", 1) == 0 else "consumer"})
     closing = [f"{m['member_id']} ({m['client_id']}) must revoke {','.join(m['to_revoke'])}"
                for m in members if m["to_revoke"]]
     starting = [f"{m['member_id']} ({m['client_id']}) is to get {','.join(m['to_assign'])}"
@@ -193,8 +194,8 @@ def describe_consumer_group(admin: AdminClient, args: argparse.Namespace, g: Any
         print()
         emit(args, [{**m, **{k: ",".join(m[k]) or "-" for k in ("assignment", "target", "to_revoke", "to_assign")}}
                     for m in members],
-             ["member_id", "group_instance_id", "member_epoch", "client_id", "host", "assignment", "to_revoke",
-              "to_assign"])
+             ["member_id", "group_instance_id", "member_epoch", "protocol", "client_id", "host", "assignment",
+              "to_revoke", "to_assign"])
     return 0
 
 

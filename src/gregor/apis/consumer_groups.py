@@ -83,12 +83,16 @@ def _assignment(parts: dict[Any, list[int]], names: dict[Any, str]) -> dict[str,
                                  for t, ps in sorted(parts.items(), key=lambda i: names.get(i[0], str(i[0])))]}
 
 
+# ConsumerGroupDescribe v1's MemberType (KIP-1099): how the member talks to the group
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
+
+
 def _member(m: ConsumerMemberView, names: dict[Any, str]) -> dict[str, Any]:
     return {"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
             "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
             "subscribed_topic_names": m.subscribed_topic_names, "subscribed_topic_regex": m.subscribed_topic_regex,
             "assignment": _assignment(m.assigned, names), "target_assignment": _assignment(m.target, names),
-            "member_type": 1}
+            "member_type": CLASSIC_MEMBER if m.classic else CONSUMER_MEMBER}
 
 
 def _described(group_id: str, view: ConsumerGroupView | None, ops: int) -> dict[str, Any]:

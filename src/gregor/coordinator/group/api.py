@@ -151,6 +151,7 @@ class ConsumerMemberView:
     pending_revocation: dict[Any, list[int]]  # must still be revoked (the phase "Closing")
     pending_assignment: dict[Any, list[int]]  # in its target, not yet given (held by another member)
     unconfirmed: dict[Any, list[int]]  # given, not yet reported owned by its heartbeat (the phase "Starting")
+    classic: bool = False  # a classic-protocol member (JoinGroup/SyncGroup) of the consumer group
 
 
 @dataclass

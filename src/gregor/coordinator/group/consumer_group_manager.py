@@ -756,7 +756,8 @@ class ConsumerGroupManager:
                 group.member_since_ms.get(m.member_id, -1), {t: sorted(ps) for t, ps in m.assigned.items()},
                 {t: sorted(ps) for t, ps in target.items()},
                 {t: sorted(ps) for t, ps in m.pending_revocation.items()},
-                {t: ps for t, ps in pending.items() if ps}, {t: ps for t, ps in unconfirmed.items() if ps}))
+                {t: ps for t, ps in pending.items() if ps}, {t: ps for t, ps in unconfirmed.items() if ps},
+                m.uses_classic_protocol))
         names = {tid: name for name, (tid, _n) in group.subscription_metadata.items()}
         return ConsumerGroupView(group.group_id, group.state.value, group.state_since_ms, group.group_epoch,
                                  group.assignment_epoch, self._assignor_name(group.members), members, names)
