@@ -27,8 +27,9 @@ The test sends ``GREGOR_FUZZ_CP_FRAMES`` frames (default 300, a few seconds) fro
         tests/integration/test_fuzz_consumer_protocol.py -k apis
 
 What it found: ConsumerGroupHeartbeat with a group id, member id or regex over 32767 bytes (more
-than a __consumer_offsets record key holds) reloaded the whole __consumer_offsets partition (now
-INVALID_REQUEST, tests/apis/test_consumer_group_heartbeat_input.py).
+than a __consumer_offsets record key holds) reloaded the whole __consumer_offsets partition. Now the
+request walk refuses every string over 32767 bytes, as Kafka's readers do, and the connection is
+closed (tests/apis/test_consumer_group_heartbeat_input.py, tests/protocol/test_request_check.py).
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ class Body:
             self._length(0)
             return
         raw = s.encode() if isinstance(s, str) else s
+        self.malformed |= len(raw) > 32767  # Kafka's readers refuse a longer string, and so does Gregor
         if isinstance(s, bytes):
             try:
                 s.decode()

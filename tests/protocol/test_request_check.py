@@ -147,3 +147,21 @@ def test_any_bytes_decode_or_raise_request_decode_error(served, noise, cut, data
             codec.decode_request(key, version, candidate, 0)
         except codec.RequestDecodeError:
             pass
+
+
+@pytest.mark.parametrize(("key", "version", "field", "fill"), [
+    (ApiKey.JOIN_GROUP, 9, "group_id", {"member_id": "", "protocol_type": "consumer", "protocols": []}),
+    (ApiKey.OFFSET_COMMIT, 9, "group_id", {"member_id": "m", "topics": []}),
+    (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, "member_id", {"group_id": "g"}),
+])
+def test_a_compact_string_longer_than_32767_bytes_is_refused(key, version, field, fill):
+    """As Kafka's readers: such a string could not be written to __consumer_offsets (a group id or
+    member id in a record key), so it never reaches a handler."""
+    cls = codec.request_schema(key, version)
+    for n, ok in ((32767, True), (32768, False), (100_000, False)):
+        body = encode(cls, {**fill, field: "g" * n})
+        if ok:
+            check_request(cls, body, 0)
+        else:
+            with pytest.raises(MalformedRequest, match=f"string field {field} had invalid length {n}"):
+                check_request(cls, body, 0)

@@ -32,22 +32,13 @@ def _timeout_ms(value: Any) -> int:
     return int(value)
 
 
-# The longest string a __consumer_offsets record key can hold (an int16 length, as in Kafka).
-KEY_STRING_MAX_BYTES = 32767
-
-
 def _refusal(req: Any, version: int) -> str | None:
     """Why the coordinator must not see ``req`` (None: it may). Kafka checks the member id of v1+
-    first, before its group coordinator's other checks. The group id, the member id and the regex
-    go into record keys; longer than a key can hold, they would fail the record's write and with it
-    every group of the __consumer_offsets partition (Kafka cannot serialize them either)."""
+    first, before its group coordinator's other checks. (A group id, member id or regex longer
+    than a record key can hold never gets here: the request walk refuses any string over 32767
+    bytes, as Kafka's readers do.)"""
     if version >= 1 and not req.member_id:
         return "MemberId can't be empty."
-    for name, value in (("GroupId", req.group_id), ("MemberId", req.member_id),
-                        ("SubscribedTopicRegex", getattr(req, "subscribed_topic_regex", None))):
-        if value is not None and len(value) > KEY_STRING_MAX_BYTES // 3 and \
-                len(value.encode()) > KEY_STRING_MAX_BYTES:
-            return f"{name} is too long ({len(value.encode())} bytes; at most {KEY_STRING_MAX_BYTES})."
     return None
 
 

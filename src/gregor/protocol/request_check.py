@@ -12,7 +12,9 @@ the same generated metadata kio reads) a checker that walks the bytes and
   elements in all, so what kio allocates is proportional to the frame, which
   ``socket.request.max.bytes`` bounds;
 - refuses null for a non-nullable string, bytes or array field, as Kafka's readers do ("non-nullable
-  field was serialized as null"), so handlers never see ``None`` where the schema promises a value;
+  field was serialized as null"), so handlers never see ``None`` where the schema promises a value,
+  and a compact string longer than 32767 bytes ("had invalid length"), so no handler takes a
+  group id or member id that its ``__consumer_offsets`` record could not hold;
 - skips tagged fields it does not know (what tagged fields are for: a newer client may send them),
   and reads a boolean byte other than 0 or 1 as true, as Kafka does.
 
@@ -39,6 +41,8 @@ from gregor.protocol.varint import read_uvarint, write_uvarint
 # per element). Real requests stay far below: a Fetch of 10,000 partitions, a CreateTopics of
 # 10,000 partitions with their replica lists, an OffsetCommit of 50,000 partitions.
 MAX_ELEMENTS = 1_000_000
+# The longest string a request may carry (Kafka's generated readers refuse a longer compact string).
+STRING_MAX_BYTES = 0x7FFF
 
 _FIXED_SIZE = {
     "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "uint32": 4,
@@ -127,19 +131,28 @@ def _length(name: str, flexible: bool, nullable: bool, width: int) -> ReadLength
     return legacy
 
 
+def _too_long(name: str, n: int) -> MalformedRequest:
+    return MalformedRequest(f"string field {name} had invalid length {n}")
+
+
 def _sized(name: str, flexible: bool, nullable: bool, short: bool) -> Check:
-    """string (int16 length), bytes and records (int32 length), or their compact forms."""
+    """string (int16 length), bytes and records (int32 length), or their compact forms. A compact
+    string longer than an int16 length could say (32767 bytes) is malformed, as Kafka's readers
+    have it: every string must fit the non-flexible versions and the records it may end up in."""
     length = _length(name, flexible, nullable, 2 if short else 4)
+    limit = STRING_MAX_BYTES if short and flexible else None
 
     def check(buf: bytes, pos: int, end: int, w: _Walk) -> int:
         n, pos = length(buf, pos, end, w)
         if n > 0:
+            if limit is not None and n > limit:
+                raise _too_long(name, n)
             pos += n
             if pos > end:
                 raise _truncated(name)
         return pos
     if flexible:
-        check.compact_sized = (nullable, name)  # type: ignore[attr-defined]  # inlined by _generate
+        check.compact_sized = (nullable, name, short)  # type: ignore[attr-defined]  # inlined by _generate
     return check
 
 
@@ -313,7 +326,7 @@ def _generate(name: str, steps: list[Check]) -> Check:
     keeps the walk at a fraction of kio's own decoding time."""
     lines = ["def check(buf, pos, end, w):"]
     env: dict[str, Any] = {"_truncated": _truncated, "_non_nullable": _non_nullable, "read_uvarint": read_uvarint,
-                           "MalformedRequest": MalformedRequest}
+                           "MalformedRequest": MalformedRequest, "_too_long": _too_long}
     for i, step in enumerate(steps):
         fixed = getattr(step, "fixed_size", None)
         compact = getattr(step, "compact_sized", None)
@@ -323,13 +336,16 @@ def _generate(name: str, steps: list[Check]) -> Check:
                       "    if pos > end:",
                       f"        raise _truncated({name!r})"]
         elif compact is not None:
-            nullable, field = compact
+            nullable, field, short = compact
             lines += ["    if pos < end and buf[pos] < 0x80:",
                       "        n = buf[pos]",
                       "        pos += 1",
                       "    else:",
-                      "        n, pos = read_uvarint(buf, pos, end, MalformedRequest)",
-                      "    if n:",
+                      "        n, pos = read_uvarint(buf, pos, end, MalformedRequest)"]
+            if short:
+                lines += [f"        if n > {STRING_MAX_BYTES + 1}:",
+                          f"            raise _too_long({field!r}, n - 1)"]
+            lines += ["    if n:",
                       "        pos += n - 1",
                       "        if pos > end:",
                       f"            raise _truncated({field!r})"]
