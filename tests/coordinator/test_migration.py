@@ -503,3 +503,66 @@ def test_random_migrations_never_give_a_partition_to_two_members(seed):
             assert snapshot(h.load_fresh()) == snapshot(h.shard)
     settle(live, rounds=80)
     assert sum(len(c.partitions()) for c in live) == (9 if live else 0)
+
+
+# -- review fixes (Kafka 4's GroupMetadataManager as the reference) ---------------------------------
+def test_the_online_upgrade_gives_every_converted_member_a_session_timeout():
+    """Kafka's convertToConsumerGroup schedules each converted member's session timeout (its
+    classic one): a classic member that dies just as the group is upgraded is fenced, not kept
+    (with its partitions) for ever."""
+    h = ConsumerHarness()
+    b, c = classic_group(h, 2)
+    a = Client(h, ["foo"])
+    assert a.beat().error == ErrorCode.none
+    dead = b.member_id  # b never speaks again
+    for _ in range(4):
+        h.sleep(4_000)
+        a.beat()
+        c.beat()
+    assert dead not in h.group().members
+    settle([a, c])
+    assert sorted(len(x.partitions()) for x in (a, c)) == [3, 3]
+
+
+def test_a_classic_member_has_no_rebalance_timeout_only_join_and_sync_timeouts():
+    """Kafka schedules the rebalance timeout for consumer-protocol members only: a classic member
+    revoking partitions has until its join timeout (counted from the REBALANCE_IN_PROGRESS that
+    asks it to rejoin), not a rebalance timeout counted from the JoinGroup that started it."""
+    h = ConsumerHarness()
+    b = ClassicClient(h, ["foo"], rebalance=5_000)
+    a = Client(h, ["foo"])
+    a.beat()
+    settle([a, b])
+    Client(h, ["foo"]).beat()  # a third member: b must give up partitions
+    assert h.heartbeat("g", b.generation, b.member_id) == ErrorCode.rebalance_in_progress
+    b.needs_join = False
+    r = h.join("g", member_id=b.member_id, session=10_000, rebalance=5_000,
+               protocols=[(b.protocol, subscription(b.topics, b.owned_names))]).result()
+    assert r.error == ErrorCode.none
+    member = h.group().members[b.member_id]
+    assert member.state.name == "UNREVOKED_PARTITIONS"
+    assert h.sync("g", r.generation_id, b.member_id, protocol_type="consumer",
+                  protocol_name=b.protocol).result().error == ErrorCode.none
+    h.sleep(4_000)
+    assert h.heartbeat("g", r.generation_id, b.member_id) == ErrorCode.rebalance_in_progress
+    h.sleep(2_000)  # 6 s after the JoinGroup, 2 s after the REBALANCE_IN_PROGRESS
+    assert b.member_id in h.group().members
+    h.sleep(3_100)  # the join timeout: 5 s after the REBALANCE_IN_PROGRESS
+    assert b.member_id not in h.group().members
+
+
+def test_a_refused_heartbeat_leaves_the_classic_group_as_it_was():
+    """The upgrade happens with the heartbeat that triggers it, or not at all: a heartbeat refused
+    after the conversion was prepared (here the consumer group would be over its maximum size)
+    leaves the classic group working: its members' sessions still end, its rebalances complete."""
+    h = ConsumerHarness(consumer_max_size=2)
+    b, c = classic_group(h, 2)
+    r = Client(h, ["foo"]).beat()
+    assert r.error == ErrorCode.group_max_size_reached
+    assert "g" not in h.shard.consumer_groups and h.state("g") == "Stable"
+    dead = b.member_id  # b stops: its session ends, c gets everything
+    for _ in range(4):
+        h.sleep(4_000)
+        c.beat()
+    settle([c])
+    assert dead not in h.shard.groups["g"].members and len(c.partitions()) == 6

@@ -166,6 +166,8 @@ class ConsumerGroupManager:
         # a member leaves or is fenced: the records that convert the group instead, or None
         # (the online downgrade, set by the shard: migration.py)
         self.on_fence: Callable[[ConsumerGroup, ConsumerMember], list[Record] | None] | None = None
+        # the classic group a heartbeat is upgrading, and the consumer group it becomes (migration.py)
+        self._upgraded: tuple[Any, ConsumerGroup] | None = None
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -237,7 +239,9 @@ class ConsumerGroupManager:
             if problem is not None:
                 log.info("[GroupId %s] Cannot upgrade the classic group to a consumer group: %s", group_id, problem)
                 raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group: {problem}.")
-            return migration.upgrade(self.ctx, classic, records)
+            converted = migration.upgrade(self.ctx, classic, records)
+            self._upgraded = (classic, converted)  # completed if the heartbeat is taken
+            return converted
         if classic is not None:
             raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         if not create:
@@ -294,6 +298,7 @@ class ConsumerGroupManager:
         cfg = self.ctx.config
         records: list[Record] = []
         joining = req.member_epoch == JOIN_EPOCH
+        self._upgraded = None
         group = self._group(req.group_id, joining, records)
         member_id = req.member_id or str(uuid.uuid4())
         if len(group.members) >= cfg.consumer_max_size and member_id not in group.members:
@@ -330,6 +335,11 @@ class ConsumerGroupManager:
         if req.owned is not None:
             group.reported[member_id] = dict(req.owned)
         self._report_slow_phase(group)
+        if self._upgraded is not None:
+            from gregor.coordinator.group import migration
+
+            migration.complete_upgrade(self.ctx, self, *self._upgraded)
+            self._upgraded = None
         return CoordinatorResult(records, response)
 
     def advance(self, group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember,
@@ -387,7 +397,8 @@ class ConsumerGroupManager:
         reconciled = reconcile(updated, target_epoch, target, partition_epoch, owned)
         if not reconciled.same_assignment(member) or rejoined:
             records.append(current_assignment_record(group.group_id, reconciled))
-            if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
+            # a classic member has join and sync timeouts instead (classic_members.py; as Kafka)
+            if reconciled.state is MemberState.UNREVOKED_PARTITIONS and not reconciled.uses_classic_protocol:
                 self._schedule_rebalance_timeout(group.group_id, member_id, reconciled.member_epoch,
                                                  reconciled.rebalance_timeout_ms)
             else:
@@ -733,7 +744,7 @@ class ConsumerGroupManager:
             for member in group.members.values():
                 self._schedule_session_timeout(group.group_id, member.member_id,
                                                member.classic.session_timeout_ms if member.classic else None)
-                if member.state is MemberState.UNREVOKED_PARTITIONS:
+                if member.state is MemberState.UNREVOKED_PARTITIONS and not member.uses_classic_protocol:
                     self._schedule_rebalance_timeout(group.group_id, member.member_id, member.member_epoch,
                                                      member.rebalance_timeout_ms)
         if any(group.members for group in self.groups.values()):

@@ -92,24 +92,13 @@ def upgrade(ctx: ShardContext, classic: ClassicGroup, records: list[Record]) -> 
     Stable, holding its last assignment (and what its last JoinGroup says it owns, so that a
     cooperative member caught in a rebalance keeps its partitions until it revokes them). The
     records (the classic group tombstoned, the consumer group's records) go to ``records``; the
-    group returned is what replaying them builds, for the heartbeat that converts it to go on."""
+    group returned is what replaying them builds, for the heartbeat that converts it to go on.
+    Nothing else changes here: the heartbeat may still be refused (the classic group then stays
+    as it was); once it is taken, ``complete_upgrade``."""
     from gregor.protocol.consumer_protocol import decode_assignment, decode_subscription
 
     gid, gen = classic.group_id, classic.generation_id
     now = ctx.clock()
-    # in-flight joins and syncs learn that another rebalance is under way; the classic timers stop
-    for m in classic.members.values():
-        if m.awaiting_join is not None:
-            ctx.answer(m.awaiting_join, JoinResult(error=ErrorCode.rebalance_in_progress, member_id=m.member_id))
-            m.awaiting_join = None
-        if m.awaiting_sync is not None:
-            ctx.answer(m.awaiting_sync, SyncResult(error=ErrorCode.rebalance_in_progress))
-            m.awaiting_sync = None
-        ctx.timer.cancel(heartbeat_key(gid, m.member_id))
-    for member_id in classic.pending_members:
-        ctx.timer.cancel(pending_key(gid, member_id))
-    ctx.timer.cancel(join_key(gid))
-    ctx.timer.cancel(sync_key(gid))
     records.append((GroupMetadataKey(gid), None))
 
     group = ConsumerGroup(gid, group_epoch=gen, assignment_epoch=gen, state_since_ms=now)
@@ -151,6 +140,30 @@ def upgrade(ctx: ShardContext, classic: ClassicGroup, records: list[Record]) -> 
     log.info("[GroupId %s] Converting the classic group with %d members (generation %d) to a consumer group",
              gid, len(members), gen)
     return group
+
+
+def complete_upgrade(ctx: ShardContext, consumer: ConsumerGroupManager, classic: ClassicGroup,
+                     group: ConsumerGroup) -> None:
+    """The heartbeat that upgrades the group was taken: in-flight joins and syncs of the classic
+    group learn that another rebalance is under way, its timers stop, and every converted member
+    gets its session timeout (its classic one; Kafka: convertToConsumerGroup), so that one that
+    never comes back is fenced."""
+    gid = classic.group_id
+    for m in classic.members.values():
+        if m.awaiting_join is not None:
+            ctx.answer(m.awaiting_join, JoinResult(error=ErrorCode.rebalance_in_progress, member_id=m.member_id))
+            m.awaiting_join = None
+        if m.awaiting_sync is not None:
+            ctx.answer(m.awaiting_sync, SyncResult(error=ErrorCode.rebalance_in_progress))
+            m.awaiting_sync = None
+        ctx.timer.cancel(heartbeat_key(gid, m.member_id))
+    for member_id in classic.pending_members:
+        ctx.timer.cancel(pending_key(gid, member_id))
+    ctx.timer.cancel(join_key(gid))
+    ctx.timer.cancel(sync_key(gid))
+    for member in group.members.values():
+        if member.classic is not None and member.member_id in classic.members:
+            consumer._schedule_session_timeout(gid, member.member_id, member.classic.session_timeout_ms)
 
 
 # -- online downgrade: only classic members are left ---------------------------------------------
