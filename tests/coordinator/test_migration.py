@@ -551,6 +551,69 @@ def test_a_classic_member_has_no_rebalance_timeout_only_join_and_sync_timeouts()
     assert b.member_id not in h.group().members
 
 
+def test_a_consumer_member_takes_the_place_of_a_static_classic_member():
+    """A rolling upgrade of a static member: the instance comes back with the consumer protocol
+    under the same instance id while its classic incarnation is still a member (a static classic
+    consumer sends no LeaveGroup). Kafka lets it take the place at once (the unreleased-instance
+    check is for two consumer-protocol members only); the member it becomes is not a classic one."""
+    h = ConsumerHarness()
+    a = Client(h, ["foo"])
+    a.beat()
+    b = ClassicClient(h, ["foo"], instance="i-1")
+    settle([a, b])
+    old = b.member_id
+    b2 = Client(h, ["foo"], instance="i-1")
+    r = b2.beat()
+    assert r.error == ErrorCode.none, r.error_message
+    group = h.group()
+    assert old not in group.members and not group.members[b2.member_id].uses_classic_protocol
+    assert h.heartbeat("g", b.generation, old, "i-1") == ErrorCode.fenced_instance_id
+    b.owned_names = set()  # the old incarnation is gone
+    settle([a, b2])
+    assert sorted(len(x.partitions()) for x in (a, b2)) == [3, 3]
+    assert snapshot(h.load_fresh()) == snapshot(h.shard)
+
+
+def test_online_downgrade_when_a_classic_static_member_replaces_the_last_consumer_member():
+    """Kafka's validateOnlineDowngradeWithReplacedMemberId: a static member coming back with the
+    classic protocol in place of the last consumer-protocol member makes the group a classic group
+    at once, the new member holding the old one's assignment; the group stays Stable (the
+    subscription did not change) and no partition has two owners."""
+    h = ConsumerHarness(consumer_migration_policy="bidirectional")
+    a = Client(h, ["foo"], instance="i-1")
+    a.beat()
+    b = ClassicClient(h, ["foo"])
+    settle([a, b])
+    held_by_a = {(t, p) for t, p in a.partitions()}
+    a2 = ClassicClient(h, ["foo"], instance="i-1")
+    a2.beat()
+    assert "g" not in h.shard.consumer_groups, "the group should be a classic group"
+    group = h.shard.groups["g"]
+    assert set(group.members) == {a2.member_id, b.member_id}
+    assert a2.partitions() == held_by_a
+    a.owned = {}  # the old incarnation is gone
+    disjoint([a2, b])
+    settle([a2, b])
+    assert h.state("g") == "Stable" and sorted(len(x.partitions()) for x in (a2, b)) == [3, 3]
+    h.reload()
+    assert "g" not in h.shard.consumer_groups and set(h.shard.groups["g"].members) == {a2.member_id, b.member_id}
+    settle([a2, b])
+    assert sorted(len(x.partitions()) for x in (a2, b)) == [3, 3]
+
+
+def test_no_online_downgrade_by_static_replacement_unless_the_policy_allows_it():
+    h = ConsumerHarness(consumer_migration_policy="upgrade")
+    a = Client(h, ["foo"], instance="i-1")
+    a.beat()
+    b = ClassicClient(h, ["foo"])
+    settle([a, b])
+    a2 = ClassicClient(h, ["foo"], instance="i-1")
+    a.owned = {}
+    settle([a2, b])
+    assert "g" in h.shard.consumer_groups and set(h.group().members) == {a2.member_id, b.member_id}
+    assert sorted(len(x.partitions()) for x in (a2, b)) == [3, 3]
+
+
 def test_a_refused_heartbeat_leaves_the_classic_group_as_it_was():
     """The upgrade happens with the heartbeat that triggers it, or not at all: a heartbeat refused
     after the conversion was prepared (here the consumer group would be over its maximum size)
@@ -566,3 +629,30 @@ def test_a_refused_heartbeat_leaves_the_classic_group_as_it_was():
         c.beat()
     settle([c])
     assert dead not in h.shard.groups["g"].members and len(c.partitions()) == 6
+
+
+def test_a_restart_right_after_a_downgrade_gives_no_partition_two_owners():
+    """The downgrade writes the classic group as each member holds it (its current assignment,
+    partitions still to revoke included), not as the consumer group's target: a broker that
+    restarts before the classic rebalance completes loads a Stable group whose assignments a
+    member may get from a SyncGroup at once; with the targets it would get a partition its
+    previous owner has not revoked yet (Kafka writes the targets)."""
+    h = ConsumerHarness(consumer_migration_policy="bidirectional")
+    a = Client(h, ["foo"])
+    a.beat()
+    b = ClassicClient(h, ["foo"])
+    settle([a, b])
+    c = ClassicClient(h, ["foo"])
+    c.beat()  # c joins: everything it is to get is still held by a and b
+    assert not c.busy and not c.partitions()
+    assert b.beat() == ErrorCode.rebalance_in_progress  # b is to rejoin and give a partition up; it has not yet
+    a.leave()  # the last consumer-protocol member: the group becomes a classic group and rebalances
+    assert "g" not in h.shard.consumer_groups and h.state("g") == "PreparingRebalance"
+    assert c.beat() == ErrorCode.rebalance_in_progress  # c is to rejoin
+    h.reload()  # ... and the broker restarts first
+    assert h.state("g") == "Stable"
+    for _ in range(4):
+        c.beat()  # c rejoins the loaded (Stable) group and syncs: what it gets, nobody else holds
+        disjoint([b, c])
+    settle([b, c])
+    assert len(b.partitions() | c.partitions()) == 6

@@ -55,6 +55,7 @@ from gregor.coordinator.group.consumer_group_manager import (
     target_record,
 )
 from gregor.coordinator.group.context import ShardContext
+from gregor.coordinator.group.model import ClassicGroup
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.protocol.consumer_offsets import ClassicMemberMetadata
 from gregor.protocol.consumer_protocol import (
@@ -167,7 +168,10 @@ class ClassicMembers:
                      "new member id %s and requesting the member to rejoin with this id.", group.group_id, member_id)
             return CoordinatorResult([], JoinResult(error=ErrorCode.member_id_required, member_id=member_id))
         records: list[Record] = []
+        replaced = group.static_member(req.group_instance_id)
         member = self._joining_member(group, req, member_id, unknown, records)
+        if replaced is not None and replaced.member_id == member_id:
+            replaced = None
         updated = member.with_subscription(
             instance_id=req.group_instance_id, rack_id=sub.rack_id or member.rack_id,
             rebalance_timeout_ms=req.rebalance_timeout_ms, server_assignor=None,
@@ -176,6 +180,10 @@ class ClassicMembers:
             classic=ClassicMemberMetadata(req.session_timeout_ms, list(req.protocols)))
         owned = self._owned(sub)
         reconciled = self.consumer.advance(group, member, updated, owned, False, records)
+        if replaced is not None and (downgraded := self._downgrade(group, replaced, member, reconciled, records)):
+            return CoordinatorResult(records, JoinResult(
+                error=ErrorCode.none, member_id=member_id, generation_id=downgraded.generation_id,
+                protocol_type=PROTOCOL_TYPE, protocol_name=req.protocols[0][0], leader="", members=[]), False)
         group.reported[member_id] = owned
         timer = self.ctx.timer
         timer.cancel(classic_join_key(group.group_id, member_id))
@@ -189,6 +197,19 @@ class ClassicMembers:
         return CoordinatorResult(records, JoinResult(
             error=ErrorCode.none, member_id=member_id, generation_id=reconciled.member_epoch,
             protocol_type=PROTOCOL_TYPE, protocol_name=protocol, leader="", members=[]))
+
+    def _downgrade(self, group: ConsumerGroup, replaced: ConsumerMember, member: ConsumerMember,
+                   reconciled: ConsumerMember, records: list[Record]) -> ClassicGroup | None:
+        """The static member replaced the last consumer-protocol member: the group may become a
+        classic group (Kafka: validateOnlineDowngradeWithReplacedMemberId; migration.py). Its
+        state is then applied in memory and the records are not replayed."""
+        from gregor.coordinator.group.migration import Downgrade
+
+        downgrade = self.consumer.on_fence
+        if not isinstance(downgrade, Downgrade):
+            return None
+        resubscribed = reconciled.subscribed_topic_names != member.subscribed_topic_names
+        return downgrade.replaced(group, replaced, reconciled, resubscribed, records)
 
     def _joining_member(self, group: ConsumerGroup, req: JoinRequest, member_id: str, unknown: bool,
                         records: list[Record]) -> ConsumerMember:

@@ -272,7 +272,9 @@ class ConsumerGroupManager:
                 return ConsumerMember(member_id)
             if existing.member_id == member_id:
                 return existing.with_subscription(member_epoch=0, previous_member_epoch=0)
-            if existing.member_epoch != STATIC_LEAVE_EPOCH:
+            # a consumer-protocol member replaces another only once it left (epoch -2); a classic
+            # one (which never says so) at once: a static member upgraded to the consumer protocol
+            if existing.member_epoch != STATIC_LEAVE_EPOCH and not existing.uses_classic_protocol:
                 raise KafkaError(ErrorCode.unreleased_instance_id,
                                  f"Static member {member_id} with instance id {req.instance_id} cannot join the "
                                  f"group because the instance id is owned by member {existing.member_id}.")
@@ -320,7 +322,7 @@ class ConsumerGroupManager:
                                     if req.subscribed_topic_names is not None else member.subscribed_topic_names),
             subscribed_topic_regex=(req.subscribed_topic_regex or None if req.subscribed_topic_regex is not None
                                     else member.subscribed_topic_regex),
-            client_id=req.client_id, client_host=req.client_host)
+            client_id=req.client_id, client_host=req.client_host, classic=None)
         reconciled = self.advance(group, member, updated, req.owned, rejoined, records)
         self._schedule_session_timeout(group.group_id, member_id)
         old_static = group.static_member(req.instance_id)

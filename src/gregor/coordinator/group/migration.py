@@ -167,54 +167,111 @@ def complete_upgrade(ctx: ShardContext, consumer: ConsumerGroupManager, classic:
 
 
 # -- online downgrade: only classic members are left ---------------------------------------------
+def holdings(member: ConsumerMember) -> dict[TopicId, frozenset[int]]:
+    """What the member may hold now: its current assignment and the partitions it has still to
+    revoke. The members' holdings never overlap (a partition goes to its next owner only once
+    revoked), so a classic group whose members hold these gives no partition two owners, whatever
+    SyncGroup answers before its first rebalance completes."""
+    out = dict(member.assigned)
+    for t, ps in member.pending_revocation.items():
+        out[t] = out.get(t, frozenset()) | ps
+    return {t: ps for t, ps in out.items() if ps}
+
+
+def downgrade_problem(ctx: ShardContext, size: int) -> str | None:
+    """Why the group (of ``size`` members once converted) cannot become a classic group now
+    (Kafka: validateOnlineDowngradeWithFencedMember, validateOnlineDowngradeWithReplacedMemberId)."""
+    policy = ctx.config.consumer_migration_policy
+    if policy not in ("downgrade", "bidirectional"):
+        return f"the online downgrade is disabled (group.consumer.migration.policy={policy})"
+    if size > ctx.config.max_size:
+        return "its size is greater than group.max.size"
+    return None
+
+
 class Downgrade:
-    """When the last consumer-protocol member leaves (or is fenced) and classic members remain,
-    the group becomes a classic group again and rebalances (Kafka: validateOnlineDowngrade-
-    WithFencedMember, convertToClassicGroup, ClassicGroup.fromConsumerGroup). The classic group is
-    built in memory here, and its records (the consumer group's tombstones, then the GroupMetadata
-    record of the classic group, Stable, each member holding its target assignment) are not
-    replayed."""
+    """The consumer group becomes a classic group again (Kafka: convertToClassicGroup,
+    ClassicGroup.fromConsumerGroup) when only classic members would remain:
+
+    - the last consumer-protocol member leaves or is fenced (``__call__``): the classic group
+      rebalances;
+    - a static member coming back with the classic protocol replaces the last consumer-protocol
+      member (``replaced``): the new member takes the old one's place and partitions, and the
+      group rebalances only if the subscription changed or a reconciliation was under way.
+
+    The classic group is built in memory here, and its records (the consumer group's tombstones,
+    then the GroupMetadata record of the classic group, Stable, each member holding what it holds
+    now: ``holdings``; Kafka writes the target assignment, which a restart before the rebalance
+    would hand out while previous owners still hold it) are not replayed."""
 
     def __init__(self, ctx: ShardContext, classic: GroupManager, consumer: ConsumerGroupManager) -> None:
         self.ctx, self.classic, self.consumer = ctx, classic, consumer
 
     def __call__(self, group: ConsumerGroup, leaving: ConsumerMember) -> list[Record] | None:
-        ctx, gid = self.ctx, group.group_id
+        gid = group.group_id
         if leaving.uses_classic_protocol or not group.all_classic_except(leaving.member_id) \
                 or len(group.members) <= 1:
             return None
-        policy = ctx.config.consumer_migration_policy
-        if policy not in ("downgrade", "bidirectional"):
-            log.info("[GroupId %s] Cannot downgrade the consumer group to a classic group because the online "
-                     "downgrade is disabled (group.consumer.migration.policy=%s)", gid, policy)
+        problem = downgrade_problem(self.ctx, len(group.members) - 1)
+        if problem is not None:
+            log.info("[GroupId %s] Cannot downgrade the consumer group to a classic group because %s", gid, problem)
             return None
-        if len(group.members) - 1 > ctx.config.max_size:
-            log.info("[GroupId %s] Cannot downgrade the consumer group to a classic group because its size is "
-                     "greater than group.max.size", gid)
-            return None
-        now = ctx.clock()
-        classic = ClassicGroup(gid, state=GroupState.STABLE, protocol_type=PROTOCOL_TYPE,
-                               generation_id=group.group_epoch, state_timestamp_ms=now)
-        names = {tid: name for name, (tid, _n) in group.subscription_metadata.items()}
         rest = [m for mid, m in group.members.items() if mid != leaving.member_id]
-        for m in rest:
+        records = [r for m in group.members.values() for r in removal_records(gid, m.member_id)]
+        log.info("[GroupId %s] Downgrading the consumer group to a classic group: member %s left and %d classic "
+                 "members remain", gid, leaving.member_id, len(rest))
+        self._convert(group, rest, records, f"Downgrade group {gid} from consumer to classic.")
+        return records
+
+    def replaced(self, group: ConsumerGroup, replaced: ConsumerMember, joining: ConsumerMember,
+                 resubscribed: bool, records: list[Record]) -> ClassicGroup | None:
+        """A classic static member (``joining``, as its JoinGroup reconciled it) replaced
+        ``replaced``; if that was the last consumer-protocol member, the group becomes a classic
+        group (returned; None: it stays a consumer group). ``records`` already replace the member."""
+        gid = group.group_id
+        if replaced.uses_classic_protocol or not group.all_classic_except(replaced.member_id):
+            return None
+        problem = downgrade_problem(self.ctx, len(group.members))
+        if problem is not None:
+            log.info("[GroupId %s] Cannot downgrade the consumer group to a classic group because %s", gid, problem)
+            return None
+        rest = [joining if mid == replaced.member_id else m for mid, m in group.members.items()]
+        records += [r for mid in group.members if mid != replaced.member_id for r in removal_records(gid, mid)]
+        records += removal_records(gid, joining.member_id)
+        settled = all(m.state is MemberState.STABLE and m.member_epoch == group.group_epoch
+                      and holdings(m) == group.target_of(replaced.member_id if m is joining else m.member_id)
+                      for m in rest)
+        reason = None
+        if resubscribed:
+            reason = f"Downgrade group {gid} from consumer to classic for static member replacement with a " \
+                     f"different subscription."
+        elif not settled:
+            reason = f"Downgrade group {gid} from consumer to classic while its members reconcile."
+        log.info("[GroupId %s] Downgrading the consumer group to a classic group: static member %s (instance id "
+                 "%s) replaced the last consumer-protocol member %s", gid, joining.member_id, joining.instance_id,
+                 replaced.member_id)
+        return self._convert(group, rest, records, reason)
+
+    def _convert(self, group: ConsumerGroup, members: list[ConsumerMember], records: list[Record],
+                 rebalance: str | None) -> ClassicGroup:
+        ctx, gid = self.ctx, group.group_id
+        classic = ClassicGroup(gid, state=GroupState.STABLE, protocol_type=PROTOCOL_TYPE,
+                               generation_id=group.group_epoch, state_timestamp_ms=ctx.clock())
+        names = {tid: name for name, (tid, _n) in group.subscription_metadata.items()}
+        for m in members:
             assert m.classic is not None
             classic.add(Member(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
                                m.classic.session_timeout_ms, PROTOCOL_TYPE, list(m.classic.supported_protocols)))
         classic.protocol_name = classic.select_protocol()
-        for m in rest:
-            classic.members[m.member_id].assignment = encode_assignment_for(m, group.target_of(m.member_id), names)
-        records: list[Record] = []
-        for m in group.members.values():
-            records += removal_records(gid, m.member_id)
+        for m in members:
+            classic.members[m.member_id].assignment = encode_assignment_for(m, holdings(m), names)
         records += self.consumer.delete_group(gid)
         records.append(group_record(classic))
-        log.info("[GroupId %s] Downgrading the consumer group to a classic group: member %s left and %d classic "
-                 "members remain", gid, leaving.member_id, len(rest))
         self.consumer.forget(gid)
         ctx.groups[gid] = classic
         for member in classic.members.values():
             self.classic.schedule_heartbeat(classic, member)
-        self.classic.prepare_rebalance(classic, f"Downgrade group {gid} from consumer to classic.")
+        if rebalance is not None:
+            self.classic.prepare_rebalance(classic, rebalance)
         ctx.membership_changed()
-        return records
+        return classic
