@@ -656,3 +656,41 @@ def test_a_restart_right_after_a_downgrade_gives_no_partition_two_owners():
         disjoint([b, c])
     settle([b, c])
     assert len(b.partitions() | c.partitions()) == 6
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_static_restarts_across_protocols_never_give_a_partition_to_two_members(seed):
+    """Static members restart, each time with either protocol (the group upgrades, downgrades and
+    replaces members across protocols), the broker restarts now and then: after every step no
+    partition has two owners, and in the end every partition is consumed."""
+    rng = random.Random(seed)
+    h = ConsumerHarness(consumer_migration_policy="bidirectional")
+    cooperative = seed % 2 == 0
+
+    def start(instance: str) -> Any:
+        if rng.random() < 0.5:
+            return Client(h, ["foo", "bar"], instance=instance)
+        return ClassicClient(h, ["foo", "bar"], cooperative=cooperative, instance=instance)
+
+    live = {f"i-{n}": start(f"i-{n}") for n in range(3)}
+    for _step in range(60):
+        op = rng.random()
+        if op < 0.2:
+            instance = rng.choice(sorted(live))
+            old = live[instance]
+            old.owned, old.owned_names = {}, set()  # the process stops: it holds nothing any more
+            live[instance] = start(instance)
+        elif op < 0.25:
+            h.reload()
+        for c in rng.sample(list(live.values()), len(live)):
+            c.beat()
+            disjoint(list(live.values()))
+        h.sleep(rng.choice([100, 1000]))
+    clients = list(live.values())
+    for _ in range(15):  # replaced incarnations' sessions end
+        h.sleep(3_000)
+        for c in clients:
+            c.beat()
+            disjoint(clients)
+    settle(clients, rounds=80)
+    assert sum(len(c.partitions()) for c in clients) == 9
