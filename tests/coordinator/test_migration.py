@@ -694,3 +694,24 @@ def test_random_static_restarts_across_protocols_never_give_a_partition_to_two_m
             disjoint(clients)
     settle(clients, rounds=80)
     assert sum(len(c.partitions()) for c in clients) == 9
+
+
+def test_a_fenced_static_classic_member_rejoining_with_its_old_member_id_is_unknown():
+    """Kafka (getOrMaybeSubscribeStaticConsumerGroupMember): a static member comes into the group
+    only with an unknown member id; one that names a member id while its instance id is unknown
+    (its session ended) gets UNKNOWN_MEMBER_ID, so that it gives up its partitions at once and
+    joins again as a new member."""
+    h = ConsumerHarness()
+    a, b = Client(h, ["foo"]), ClassicClient(h, ["foo"], instance="i-1", session=7_000)
+    settle([a, b])
+    for _ in range(3):
+        h.sleep(4_000)
+        a.beat()
+    assert b.member_id not in h.group().members
+    r = h.join("g", member_id=b.member_id, instance="i-1", session=7_000,
+               protocols=[(b.protocol, subscription(b.topics, b.owned_names))]).result()
+    assert r.error == ErrorCode.unknown_member_id
+    assert b.member_id not in h.group().members
+    b.owned_names, b.member_id, b.needs_join = set(), "", True
+    settle([a, b])
+    assert sorted(len(x.partitions()) for x in (a, b)) == [3, 3]

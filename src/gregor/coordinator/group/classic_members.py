@@ -223,6 +223,8 @@ class ClassicMembers:
                                  f"Member {member_id} does not use the classic protocol.")
             return member
         existing = group.static_member(req.group_instance_id)
+        if existing is None and not unknown:
+            raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {req.group_instance_id} is unknown.")
         if existing is None:
             log.info("[GroupId %s] Static classic member %s with instance id %s joins the consumer group",
                      group.group_id, member_id, req.group_instance_id)
