@@ -577,7 +577,8 @@ def exchange(conn: Conn, frame: bytes, req: Request | None, st: State, stats: St
             stats.answered += 1
             if req is not None:
                 if req.expect == "close":
-                    stats.fail("answered a request with a null where none is allowed", frame)
+                    stats.fail("answered a malformed request (a null where none is allowed, a string over 32767 "
+                               "bytes or not UTF-8)", frame)
                 api, ver = struct.unpack(">hh", prefix)
                 if (api, ver) == (req.api_key, req.version):
                     _, resp = decode_response_frame(api, ver, first)
