@@ -715,3 +715,50 @@ def test_a_fenced_static_classic_member_rejoining_with_its_old_member_id_is_unkn
     b.owned_names, b.member_id, b.needs_join = set(), "", True
     settle([a, b])
     assert sorted(len(x.partitions()) for x in (a, b)) == [3, 3]
+
+
+def test_no_online_upgrade_of_a_group_whose_assignments_a_custom_assignor_wrote():
+    """Kafka 4 refuses the upgrade when a member's last assignment carries user data (a custom
+    assignor's, which the server-side assignor would lose) or cannot be read (the partitions it
+    holds would be unknown); the group stays a classic group. The clients' built-in assignors
+    need no user data (librdkafka's cooperative-sticky leader copies some into each assignment):
+    those groups are upgraded."""
+
+    class BuiltIn(ClassicClient):
+        def _assign(self, members: list[dict[str, Any]]) -> dict[str, bytes]:
+            out = super()._assign(members)
+            return {mid: a[:-4] + struct.pack(">i", 3) + b"abc" for mid, a in out.items()}
+
+    h = ConsumerHarness()
+    b = BuiltIn(h, ["foo"])
+    for _ in range(3):
+        b.beat()
+    assert h.state("g") == "Stable" and len(b.partitions()) == 6
+    assert Client(h, ["foo"]).beat().error == ErrorCode.none and "g" in h.shard.consumer_groups
+
+    class CustomAssignor(BuiltIn):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.protocol = "my-assignor"
+
+    h = ConsumerHarness()
+    b = CustomAssignor(h, ["foo"])
+    for _ in range(3):
+        b.beat()
+    assert h.state("g") == "Stable" and len(b.partitions()) == 6
+    r = Client(h, ["foo"]).beat()
+    assert r.error == ErrorCode.group_id_not_found and "custom assignor" in r.error_message
+    assert h.state("g") == "Stable" and "g" not in h.shard.consumer_groups
+    assert b.beat() == ErrorCode.none
+
+    class Unreadable(ClassicClient):
+        def _assign(self, members: list[dict[str, Any]]) -> dict[str, bytes]:
+            return {mid: b"\x00\x00\x00\x00\x00\x01\x00\x03fo" for mid in super()._assign(members)}
+
+    h = ConsumerHarness()
+    c = Unreadable(h, ["foo"])
+    for _ in range(3):
+        c.beat()
+    r = Client(h, ["foo"]).beat()
+    assert r.error == ErrorCode.group_id_not_found and "malformed" in r.error_message
+    assert h.state("g") == "Stable" and "g" not in h.shard.consumer_groups

@@ -22,6 +22,7 @@ LeaveGroup) reach a consumer-protocol group through here:
 from __future__ import annotations
 
 import logging
+import struct
 
 from gregor.coordinator.group.api import JoinResult, SyncResult
 from gregor.coordinator.group.classic_members import PROTOCOL_TYPE, decodable, encode_assignment_for
@@ -70,6 +71,12 @@ def empty_consumer_group_tombstones(ctx: ShardContext, consumer: ConsumerGroupMa
 
 
 # -- online upgrade: a classic group with members becomes a consumer group -----------------------
+# the clients' own assignors: their assignments' user data is nothing the server-side assignor
+# needs (librdkafka's cooperative-sticky leader copies each member's sticky user data into its
+# assignment; Kafka 4 refuses to upgrade any group with assignment user data, such a group too)
+BUILT_IN_ASSIGNORS = frozenset({"range", "roundrobin", "sticky", "cooperative-sticky"})
+
+
 def upgrade_problem(ctx: ShardContext, classic: ClassicGroup) -> str | None:
     """Why the classic group cannot become a consumer group now (None: it can; Kafka:
     validateOnlineUpgrade, and the embedded protocol must be readable)."""
@@ -83,7 +90,47 @@ def upgrade_problem(ctx: ShardContext, classic: ClassicGroup) -> str | None:
     for m in classic.members.values():
         if not decodable([(name, meta) for name, meta in m.protocols]):
             return f"the embedded consumer protocol of member {m.member_id} is malformed"
+        user_data = assignment_user_data(m.assignment)
+        if user_data is None:
+            return f"the embedded consumer protocol of member {m.member_id} is malformed (its assignment)"
+        if user_data and classic.protocol_name not in BUILT_IN_ASSIGNORS:
+            return (f"an unsupported custom assignor is in use (member {m.member_id}'s assignment carries user "
+                    f"data, which would be lost). Please switch to a default assignor before re-attempting the "
+                    f"upgrade")
     return None
+
+
+def assignment_user_data(data: bytes) -> bytes | None:
+    """The user data of a ConsumerProtocolAssignment (b"" for none, and for a member that never
+    synced); None when it cannot be read (Kafka refuses the upgrade in both cases: the
+    partitions the member holds would be unknown, or a custom assignor's data lost)."""
+    if not data:
+        return b""
+    try:
+        pos = 2
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        for _ in range(n):
+            (ln,) = struct.unpack_from(">h", data, pos)
+            if ln < 0 or pos + 2 + ln > len(data):
+                return None
+            data[pos + 2:pos + 2 + ln].decode()
+            pos += 2 + ln
+            (m,) = struct.unpack_from(">i", data, pos)
+            if m < 0:
+                return None
+            pos += 4 + 4 * m
+            if pos > len(data):
+                return None
+        (ln,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if ln < 0:
+            return b""
+        if pos + ln > len(data):
+            return None
+        return data[pos:pos + ln]
+    except (struct.error, UnicodeDecodeError):
+        return None
 
 
 def upgrade(ctx: ShardContext, classic: ClassicGroup, records: list[Record]) -> ConsumerGroup:
