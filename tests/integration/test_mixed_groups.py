@@ -87,3 +87,37 @@ def test_rolling_downgrade_from_consumer_protocol_to_classic(broker):
     new = [GroupConsumer(f"classic-{i}", broker.bootstrap, GROUP, TOPIC, strategy="cooperative-sticky")
            for i in range(3)]
     roll(broker, old, new)
+
+
+def test_rolling_upgrade_of_static_members(broker):
+    """Static classic consumers (group.instance.id; they send no LeaveGroup when they close) are
+    replaced one by one by consumer-protocol consumers with the same instance ids: each takes its
+    predecessor's place at once (as Kafka: the unreleased-instance check is between two
+    consumer-protocol members only), well within the 45 s session the classic member would
+    otherwise hold its partitions for."""
+    old = [GroupConsumer(f"classic-{i}", broker.bootstrap, GROUP, TOPIC, strategy="cooperative-sticky",
+                         instance_id=f"instance-{i}") for i in range(3)]
+    new = [GroupConsumer(f"kip848-{i}", broker.bootstrap, GROUP, TOPIC, protocol="consumer",
+                         instance_id=f"instance-{i}") for i in range(3)]
+    producer = SteadyProducer(broker.bootstrap).start()
+    everyone, live = list(old), list(old)
+    try:
+        for m in old:
+            m.start()
+        wait_for(lambda: held_by_all(live), 30, "the first members share the partitions")
+        for i, m in enumerate(new):
+            old[i].stop()
+            live.remove(old[i])
+            m.start()
+            everyone.append(m)
+            live.append(m)
+            wait_for(lambda: held_by_all(live), 20, f"{m.name} in the place of {old[i].name}")
+        time.sleep(1.5)
+    finally:
+        producer.stop()
+    ends = log_ends(broker.bootstrap)
+    wait_for(lambda: gaps(read_by_group(everyone), ends) == {}, 30, "every message read")
+    wait_for(lambda: committed(broker.bootstrap, GROUP, TOPIC, PARTITIONS) == ends, 15, "commits at the log ends")
+    for m in live:
+        m.stop()
+    assert overlapping_ownerships(everyone) == []
