@@ -89,16 +89,25 @@ def test_rolling_downgrade_from_consumer_protocol_to_classic(broker):
     roll(broker, old, new)
 
 
-def test_rolling_upgrade_of_static_members(broker):
-    """Static classic consumers (group.instance.id; they send no LeaveGroup when they close) are
-    replaced one by one by consumer-protocol consumers with the same instance ids: each takes its
-    predecessor's place at once (as Kafka: the unreleased-instance check is between two
-    consumer-protocol members only), well within the 45 s session the classic member would
-    otherwise hold its partitions for."""
-    old = [GroupConsumer(f"classic-{i}", broker.bootstrap, GROUP, TOPIC, strategy="cooperative-sticky",
-                         instance_id=f"instance-{i}") for i in range(3)]
-    new = [GroupConsumer(f"kip848-{i}", broker.bootstrap, GROUP, TOPIC, protocol="consumer",
-                         instance_id=f"instance-{i}") for i in range(3)]
+def static_members(bootstrap: str, kind: str) -> list[GroupConsumer]:
+    if kind == "classic":
+        return [GroupConsumer(f"classic-{i}", bootstrap, GROUP, TOPIC, strategy="cooperative-sticky",
+                              instance_id=f"instance-{i}") for i in range(3)]
+    return [GroupConsumer(f"kip848-{i}", bootstrap, GROUP, TOPIC, protocol="consumer",
+                          instance_id=f"instance-{i}") for i in range(3)]
+
+
+@pytest.mark.parametrize("direction", ["upgrade", "downgrade"])
+def test_rolling_migration_of_static_members(broker, direction):
+    """Static consumers (group.instance.id) are replaced one by one by consumers of the other
+    protocol with the same instance ids, while messages flow. Upgrade: a static classic consumer
+    sends no LeaveGroup when it closes, and its consumer-protocol successor takes its place at once
+    (as Kafka: the unreleased-instance check is between two consumer-protocol members only), well
+    within the 45 s session the classic member would otherwise hold its partitions for.
+    Downgrade: the classic successor of the last consumer-protocol member makes the group a
+    classic group (Kafka's validateOnlineDowngradeWithReplacedMemberId)."""
+    classic, consumer = static_members(broker.bootstrap, "classic"), static_members(broker.bootstrap, "consumer")
+    old, new = (classic, consumer) if direction == "upgrade" else (consumer, classic)
     producer = SteadyProducer(broker.bootstrap).start()
     everyone, live = list(old), list(old)
     try:
