@@ -238,7 +238,8 @@ class ConsumerGroupManager:
             problem = migration.upgrade_problem(self.ctx, classic)
             if problem is not None:
                 log.info("[GroupId %s] Cannot upgrade the classic group to a consumer group: %s", group_id, problem)
-                raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group: {problem}.")
+                raise KafkaError(ErrorCode.group_id_not_found,
+                                 f"Cannot upgrade classic group {group_id} to consumer group because {problem}.")
             converted = migration.upgrade(self.ctx, classic, records)
             self._upgraded = (classic, converted)  # completed if the heartbeat is taken
             return converted
