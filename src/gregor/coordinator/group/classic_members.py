@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import struct
 import uuid
+from typing import Protocol
 
 from gregor.coordinator.group.api import (
     HeartbeatRequest,
@@ -95,10 +96,19 @@ def encode_assignment_for(member: ConsumerMember, assigned: Assignment, names: d
 
 
 # -- the classic APIs on a consumer-protocol group ----------------------------------------------
+class DowngradeOnReplace(Protocol):
+    """A classic static member took the place of the last consumer-protocol member: the group may
+    become a classic group (migration.Downgrade)."""
+
+    def replaced(self, group: ConsumerGroup, replaced: ConsumerMember, joining: ConsumerMember,
+                 resubscribed: bool, records: list[Record]) -> ClassicGroup | None: ...
+
+
 class ClassicMembers:
     def __init__(self, ctx: ShardContext, consumer: ConsumerGroupManager) -> None:
         self.ctx = ctx
         self.consumer = consumer
+        self.downgrade: DowngradeOnReplace | None = None  # set by the shard (migration.Downgrade)
 
     @staticmethod
     def _names_of(group: ConsumerGroup) -> dict[TopicId, str]:
@@ -203,13 +213,10 @@ class ClassicMembers:
         """The static member replaced the last consumer-protocol member: the group may become a
         classic group (Kafka: validateOnlineDowngradeWithReplacedMemberId; migration.py). Its
         state is then applied in memory and the records are not replayed."""
-        from gregor.coordinator.group.migration import Downgrade
-
-        downgrade = self.consumer.on_fence
-        if not isinstance(downgrade, Downgrade):
+        if self.downgrade is None:
             return None
         resubscribed = reconciled.subscribed_topic_names != member.subscribed_topic_names
-        return downgrade.replaced(group, replaced, reconciled, resubscribed, records)
+        return self.downgrade.replaced(group, replaced, reconciled, resubscribed, records)
 
     def _joining_member(self, group: ConsumerGroup, req: JoinRequest, member_id: str, unknown: bool,
                         records: list[Record]) -> ConsumerMember:

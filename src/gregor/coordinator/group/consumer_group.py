@@ -23,12 +23,9 @@ import enum
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gregor.protocol.consumer_offsets import ClassicMemberMetadata
-
-if TYPE_CHECKING:
-    from gregor.coordinator.group.subscriptions import ResolvedRegex
 
 TopicId = uuid.UUID
 Assignment = dict[TopicId, frozenset[int]]
@@ -37,6 +34,15 @@ EMPTY: Assignment = {}
 JOIN_EPOCH = 0  # a member joining (or rejoining) the group sends epoch 0
 LEAVE_EPOCH = -1  # a member leaving
 STATIC_LEAVE_EPOCH = -2  # a static member leaving for now (it comes back with its instance id)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    """What a regex subscription resolved to (ConsumerGroupRegularExpressionValue; subscriptions.py)."""
+
+    topics: frozenset[str]
+    version: int
+    timestamp_ms: int
 
 
 class MemberState(enum.IntEnum):

@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gregor.assignment import assignors, steering
 from gregor.coordinator.group.api import (
@@ -42,6 +42,7 @@ from gregor.coordinator.group.consumer_group import (
     is_subset,
 )
 from gregor.coordinator.group.context import ShardContext
+from gregor.coordinator.group.model import ClassicGroup
 from gregor.coordinator.group.reconciliation import reconcile
 from gregor.coordinator.group.subscriptions import (
     RegexSubscriptions,
@@ -158,6 +159,16 @@ def group_tombstones(group_id: str) -> list[Record]:
             (ConsumerGroupPartitionMetadataKey(group_id), None), (ConsumerGroupMetadataKey(group_id), None)]
 
 
+class OnlineUpgrade(Protocol):
+    """A classic group with members becomes a consumer group (migration.Upgrade)."""
+
+    def problem(self, classic: ClassicGroup) -> str | None: ...
+
+    def convert(self, classic: ClassicGroup, records: list[Record]) -> ConsumerGroup: ...
+
+    def complete(self, classic: ClassicGroup, group: ConsumerGroup) -> None: ...
+
+
 class ConsumerGroupManager:
     def __init__(self, ctx: ShardContext) -> None:
         self.ctx = ctx
@@ -166,8 +177,11 @@ class ConsumerGroupManager:
         # a member leaves or is fenced: the records that convert the group instead, or None
         # (the online downgrade, set by the shard: migration.py)
         self.on_fence: Callable[[ConsumerGroup, ConsumerMember], list[Record] | None] | None = None
-        # the classic group a heartbeat is upgrading, and the consumer group it becomes (migration.py)
-        self._upgraded: tuple[Any, ConsumerGroup] | None = None
+        # a consumer-protocol member arrives at a classic group with members: the online upgrade
+        # (set by the shard: migration.Upgrade; None: such a heartbeat is refused)
+        self.upgrade: OnlineUpgrade | None = None
+        # the classic group a heartbeat is upgrading, and the consumer group it becomes
+        self._upgraded: tuple[ClassicGroup, ConsumerGroup] | None = None
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -229,18 +243,18 @@ class ConsumerGroupManager:
             return group
         classic = self.ctx.groups.get(group_id)
         if classic is not None and create:
-            from gregor.coordinator.group import migration
-
             if not classic.members:
                 log.info("[GroupId %s] Converting the empty classic group to a consumer group", group_id)
                 records.append((GroupMetadataKey(group_id), None))
                 return ConsumerGroup(group_id, state_since_ms=self._now())
-            problem = migration.upgrade_problem(self.ctx, classic)
+            problem = (self.upgrade.problem(classic) if self.upgrade is not None
+                       else "the online upgrade is not available here")
             if problem is not None:
                 log.info("[GroupId %s] Cannot upgrade the classic group to a consumer group: %s", group_id, problem)
                 raise KafkaError(ErrorCode.group_id_not_found,
                                  f"Cannot upgrade classic group {group_id} to consumer group because {problem}.")
-            converted = migration.upgrade(self.ctx, classic, records)
+            assert self.upgrade is not None
+            converted = self.upgrade.convert(classic, records)
             self._upgraded = (classic, converted)  # completed if the heartbeat is taken
             return converted
         if classic is not None:
@@ -338,10 +352,8 @@ class ConsumerGroupManager:
         if req.owned is not None:
             group.reported[member_id] = dict(req.owned)
         self._report_slow_phase(group)
-        if self._upgraded is not None:
-            from gregor.coordinator.group import migration
-
-            migration.complete_upgrade(self.ctx, self, *self._upgraded)
+        if self._upgraded is not None and self.upgrade is not None:
+            self.upgrade.complete(*self._upgraded)
             self._upgraded = None
         return CoordinatorResult(records, response)
 

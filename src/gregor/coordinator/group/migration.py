@@ -213,6 +213,25 @@ def complete_upgrade(ctx: ShardContext, consumer: ConsumerGroupManager, classic:
             consumer._schedule_session_timeout(gid, member.member_id, member.classic.session_timeout_ms)
 
 
+class Upgrade:
+    """The online upgrade as the consumer-group manager uses it (set by the shard, as
+    ``Downgrade``): why a classic group cannot be converted, the conversion, and its completion once
+    the heartbeat that converts it is taken."""
+
+    def __init__(self, ctx: ShardContext, consumer: ConsumerGroupManager) -> None:
+        self.ctx = ctx
+        self.consumer = consumer
+
+    def problem(self, classic: ClassicGroup) -> str | None:
+        return upgrade_problem(self.ctx, classic)
+
+    def convert(self, classic: ClassicGroup, records: list[Record]) -> ConsumerGroup:
+        return upgrade(self.ctx, classic, records)
+
+    def complete(self, classic: ClassicGroup, group: ConsumerGroup) -> None:
+        complete_upgrade(self.ctx, self.consumer, classic, group)
+
+
 # -- online downgrade: only classic members are left ---------------------------------------------
 def holdings(member: ConsumerMember) -> dict[TopicId, frozenset[int]]:
     """What the member may hold now: its current assignment and the partitions it has still to

@@ -43,7 +43,7 @@ from gregor.coordinator.group.consumer_group import ConsumerGroup
 from gregor.coordinator.group.consumer_group_manager import CONSUMER_GROUP_KEYS, ConsumerGroupManager
 from gregor.coordinator.group.context import GroupConfig, ShardContext
 from gregor.coordinator.group.group_manager import GroupManager
-from gregor.coordinator.group.migration import Downgrade, empty_consumer_group_tombstones
+from gregor.coordinator.group.migration import Downgrade, Upgrade, empty_consumer_group_tombstones
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.group.offset_manager import OffsetManager
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
@@ -80,7 +80,10 @@ class GroupCoordinatorShard:
         self.offsets_mgr = OffsetManager(self.ctx)
         self.consumer_mgr = ConsumerGroupManager(self.ctx)
         self.classic_members = ClassicMembers(self.ctx, self.consumer_mgr)
-        self.consumer_mgr.on_fence = Downgrade(self.ctx, self.groups_mgr, self.consumer_mgr)
+        downgrade = Downgrade(self.ctx, self.groups_mgr, self.consumer_mgr)
+        self.consumer_mgr.on_fence = downgrade
+        self.classic_members.downgrade = downgrade
+        self.consumer_mgr.upgrade = Upgrade(self.ctx, self.consumer_mgr)
 
     @property
     def partition(self) -> int:

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import re2
 
-from gregor.coordinator.group.consumer_group import ConsumerMember, TopicId
+from gregor.coordinator.group.consumer_group import ConsumerMember, ResolvedRegex, TopicId
 from gregor.coordinator.runtime.result import Record
 from gregor.protocol.consumer_offsets import ConsumerGroupRegularExpressionKey, ConsumerGroupRegularExpressionValue
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -318,15 +318,6 @@ SHARED_RESOLVER = RegexResolver()  # one cache for every shard of the process (o
 
 
 # -- records --------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ResolvedRegex:
-    """What a regex resolved to (ConsumerGroupRegularExpressionValue)."""
-
-    topics: frozenset[str]
-    version: int
-    timestamp_ms: int
-
-
 def resolved_from(value: ConsumerGroupRegularExpressionValue) -> ResolvedRegex:
     return ResolvedRegex(frozenset(value.topics), value.version, value.timestamp)
 
