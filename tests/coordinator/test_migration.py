@@ -489,27 +489,40 @@ def test_online_downgrade_when_the_last_consumer_member_times_out():
     assert len(b.partitions()) == 6 and h.state("g") == "Stable"
 
 
+@pytest.mark.parametrize("restarts", [False, True])
 @pytest.mark.parametrize("seed", range(12))
-def test_random_migrations_never_give_a_partition_to_two_members(seed):
+def test_random_migrations_never_give_a_partition_to_two_members(seed, restarts):
     """Policy bidirectional: members of both kinds come and go, so the group turns classic and back
     (online and when empty); after every step no partition has two owners, and replay gives the
-    same consumer group."""
+    same consumer group. With ``restarts`` the broker also restarts at random moments (right after
+    an upgrade or a downgrade among them), and every partition is consumed in the end."""
     rng = random.Random(seed)
     h = ConsumerHarness(consumer_migration_policy="bidirectional")
     live: list[Any] = []
+    leave, restart_at = (0.42, 0.52) if restarts else (0.45, 0.45)
     for _step in range(80):
         op = rng.random()
         if op < 0.3 or not live:
             live.append(Client(h, ["foo", "bar"]) if rng.random() < 0.5 else ClassicClient(
                 h, ["foo", "bar"], cooperative=seed % 2 == 0))
-        elif op < 0.45:
+        elif op < leave:
             live.pop(rng.randrange(len(live))).leave()
+        elif op < restart_at:
+            restart(h, live)
         for c in rng.sample(live, len(live)):
             c.beat()
             disjoint(live)
+            if restarts and rng.random() < 0.05:
+                restart(h, live)
         h.sleep(rng.choice([100, 1000]))
-        if "g" in h.shard.consumer_groups and all(not getattr(c, "busy", False) for c in live):
+        if not restarts and "g" in h.shard.consumer_groups and all(not getattr(c, "busy", False) for c in live):
             assert snapshot(h.load_fresh()) == snapshot(h.shard)
+    if restarts:
+        for _ in range(15):  # a member resurrected by a restart (a classic LeaveGroup is not written) times out
+            h.sleep(3_000)
+            for c in live:
+                c.beat()
+                disjoint(live)
     settle(live, rounds=80)
     assert sum(len(c.partitions()) for c in live) == (9 if live else 0)
 
@@ -773,33 +786,3 @@ def test_no_online_upgrade_of_a_group_whose_assignments_a_custom_assignor_wrote(
     assert h.state("g") == "Stable" and "g" not in h.shard.consumer_groups
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_random_migrations_with_broker_restarts_never_give_a_partition_to_two_members(seed):
-    """As above, with the broker restarting at random moments (right after an upgrade or a
-    downgrade among them): no partition ever has two owners, and every partition is consumed in
-    the end."""
-    rng = random.Random(seed)
-    h = ConsumerHarness(consumer_migration_policy="bidirectional")
-    live: list[Any] = []
-    for _step in range(80):
-        op = rng.random()
-        if op < 0.3 or not live:
-            live.append(Client(h, ["foo", "bar"]) if rng.random() < 0.5 else ClassicClient(
-                h, ["foo", "bar"], cooperative=seed % 2 == 0))
-        elif op < 0.42:
-            live.pop(rng.randrange(len(live))).leave()
-        elif op < 0.52:
-            restart(h, live)
-        for c in rng.sample(live, len(live)):
-            c.beat()
-            disjoint(live)
-            if rng.random() < 0.05:
-                restart(h, live)
-        h.sleep(rng.choice([100, 1000]))
-    for _ in range(15):  # a member resurrected by a restart (a classic LeaveGroup is not written) times out
-        h.sleep(3_000)
-        for c in live:
-            c.beat()
-            disjoint(live)
-    settle(live, rounds=80)
-    assert sum(len(c.partitions()) for c in live) == (9 if live else 0)

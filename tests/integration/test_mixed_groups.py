@@ -35,9 +35,11 @@ def held_by_all(members: list[GroupConsumer]) -> bool:
         and all(sets)
 
 
-def roll(broker: BrokerProcess, old: list[GroupConsumer], make_new: list[GroupConsumer]) -> None:
+def roll(broker: BrokerProcess, old: list[GroupConsumer], make_new: list[GroupConsumer],
+         in_place: bool = False) -> None:
     """Start ``old``, then replace them one by one by ``make_new`` while a producer writes; check
-    ownership, reads and commits at the end."""
+    ownership, reads and commits at the end. ``in_place``: each old member stops first and its
+    successor (a static member with its instance id) takes its place, within 20 s."""
     producer = SteadyProducer(broker.bootstrap).start()
     everyone = list(old)
     live = list(old)
@@ -46,9 +48,15 @@ def roll(broker: BrokerProcess, old: list[GroupConsumer], make_new: list[GroupCo
             m.start()
         wait_for(lambda: held_by_all(live), 30, "the first members share the partitions")
         for i, new in enumerate(make_new):
+            if in_place:
+                old[i].stop()
+                live.remove(old[i])
             new.start()
             everyone.append(new)
             live.append(new)
+            if in_place:
+                wait_for(lambda: held_by_all(live), 20, f"{new.name} in the place of {old[i].name}")
+                continue
             wait_for(lambda: held_by_all(live), 30, f"{new.name} holds partitions beside the others")
             old[i].stop()
             live.remove(old[i])
@@ -111,25 +119,4 @@ def test_rolling_migration_of_static_members(broker, direction):
     classic group (Kafka's validateOnlineDowngradeWithReplacedMemberId)."""
     classic, consumer = static_members(broker.bootstrap, "classic"), static_members(broker.bootstrap, "consumer")
     old, new = (classic, consumer) if direction == "upgrade" else (consumer, classic)
-    producer = SteadyProducer(broker.bootstrap).start()
-    everyone, live = list(old), list(old)
-    try:
-        for m in old:
-            m.start()
-        wait_for(lambda: held_by_all(live), 30, "the first members share the partitions")
-        for i, m in enumerate(new):
-            old[i].stop()
-            live.remove(old[i])
-            m.start()
-            everyone.append(m)
-            live.append(m)
-            wait_for(lambda: held_by_all(live), 20, f"{m.name} in the place of {old[i].name}")
-        time.sleep(1.5)
-    finally:
-        producer.stop()
-    ends = log_ends(broker.bootstrap)
-    wait_for(lambda: gaps(read_by_group(everyone), ends) == {}, 30, "every message read")
-    wait_for(lambda: committed(broker.bootstrap, GROUP, TOPIC, PARTITIONS) == ends, 15, "commits at the log ends")
-    for m in live:
-        m.stop()
-    assert overlapping_ownerships(everyone) == []
+    roll(broker, old, new, in_place=True)
