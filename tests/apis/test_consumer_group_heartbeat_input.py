@@ -60,9 +60,10 @@ def test_the_longest_key_strings_are_taken(node):
     assert r.error_code == ErrorCode.none and r.member_id == "m" * 32767
 
 
+@pytest.mark.parametrize("member_id", ["", "  "])  # blanks are empty, as Kafka's trim()
 @pytest.mark.parametrize("epoch", [0, -2])
-def test_v1_needs_a_member_id(node, epoch):
-    r = heartbeat(node, member_id="", member_epoch=epoch, instance_id="i")
+def test_v1_needs_a_member_id(node, epoch, member_id):
+    r = heartbeat(node, member_id=member_id, member_epoch=epoch, instance_id="i")
     assert (r.error_code, r.error_message) == (ErrorCode.invalid_request, "MemberId can't be empty.")
 
 

@@ -138,12 +138,17 @@ def test_member_epoch_errors():
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"group_id": ""}, "GroupId can't be empty."),
+    ({"group_id": "  "}, "GroupId can't be empty."),  # blanks are empty, as Kafka's trim()
     ({"instance_id": ""}, "InstanceId can't be empty."),
+    ({"instance_id": " \t"}, "InstanceId can't be empty."),
     ({"rack_id": ""}, "RackId can't be empty."),
     ({"member_epoch": 0, "rebalance_timeout_ms": -1}, "RebalanceTimeoutMs must be provided in first request."),
     ({"member_epoch": 0, "owned": None}, "TopicPartitions must be empty when (re-)joining."),
-    ({"member_epoch": 0, "subscribed_topic_names": []}, "SubscribedTopicNames or SubscribedTopicRegex must be set"),
+    ({"member_epoch": 0, "subscribed_topic_names": None},
+     "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining."),
     ({"member_epoch": 3, "member_id": ""}, "MemberId can't be empty."),
+    ({"member_epoch": -1, "member_id": " "}, "MemberId can't be empty."),
+    ({"member_epoch": 3, "member_id": "", "group_id": ""}, "MemberId can't be empty."),  # Kafka's order
     ({"member_epoch": -2, "instance_id": None}, "InstanceId can't be null."),
     ({"member_epoch": -3}, "MemberEpoch is invalid."),
 ])
@@ -153,6 +158,20 @@ def test_invalid_requests(changes, message):
     r = h.heartbeat_consumer(c.request(**changes))
     assert r.error == ErrorCode.invalid_request and r.error_message.startswith(message)
     assert h.last_records == [] and "g" not in h.shard.consumer_groups
+
+
+def test_a_member_may_join_subscribed_to_nothing():
+    """As Kafka 4.1+: an empty list of names is a member of the group that is assigned nothing; it
+    subscribes to topics later and gets partitions."""
+    h = ConsumerHarness()
+    a, b = Client(h, []), Client(h, ["foo"])
+    converge([a, b])
+    assert a.epoch >= 1 and a.partitions() == set() and len(b.partitions()) == TOPICS["foo"][1]
+    a.topics = ["foo"]
+    a.beat(full=True)
+    converge([a, b])
+    assert a.partitions() and b.partitions()
+    assert_disjoint([a, b])
 
 
 def test_unsupported_assignor_and_full_group():

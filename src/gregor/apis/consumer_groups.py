@@ -37,7 +37,7 @@ def _refusal(req: Any, version: int) -> str | None:
     first, before its group coordinator's other checks. (A group id, member id or regex longer
     than a record key can hold never gets here: the request walk refuses any string over 32767
     bytes, as Kafka's readers do.)"""
-    if version >= 1 and not req.member_id:
+    if version >= 1 and not req.member_id.strip():
         return "MemberId can't be empty."
     return None
 

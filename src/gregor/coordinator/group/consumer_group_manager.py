@@ -107,6 +107,11 @@ def classic_sync_key(group_id: str, member_id: str) -> str:
     return f"consumer-sync-{group_id}-{member_id}"
 
 
+def _blank(value: str | None) -> bool:
+    """Kafka's isEmpty for these ids: not null, and nothing but blanks."""
+    return value is not None and not value.strip()
+
+
 def _invalid(message: str) -> KafkaError:
     return KafkaError(ErrorCode.invalid_request, message)
 
@@ -205,29 +210,30 @@ class ConsumerGroupManager:
                                                                  req.member_epoch))
 
     def _validate(self, req: ConsumerHeartbeatRequest) -> None:
-        if not req.group_id:
-            raise _invalid("GroupId can't be empty.")
-        if req.instance_id == "":
-            raise _invalid("InstanceId can't be empty.")
-        if req.rack_id == "":
-            raise _invalid("RackId can't be empty.")
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, in its order (v1's member id is
+        checked by the API handler first). A string of blanks counts as empty, as Kafka's trim()."""
         epoch = req.member_epoch
-        if epoch > 0 or epoch == LEAVE_EPOCH:
-            if not req.member_id:
-                raise _invalid("MemberId can't be empty.")
-        elif epoch == JOIN_EPOCH:
+        if (epoch > 0 or epoch == LEAVE_EPOCH) and _blank(req.member_id):
+            raise _invalid("MemberId can't be empty.")
+        if _blank(req.group_id):
+            raise _invalid("GroupId can't be empty.")
+        if _blank(req.instance_id):
+            raise _invalid("InstanceId can't be empty.")
+        if _blank(req.rack_id):
+            raise _invalid("RackId can't be empty.")
+        if epoch == JOIN_EPOCH:
             if req.rebalance_timeout_ms == -1:
                 raise _invalid("RebalanceTimeoutMs must be provided in first request.")
             if req.owned is None or req.owned:
                 raise _invalid("TopicPartitions must be empty when (re-)joining.")
-            if not req.subscribed_topic_names and not req.subscribed_topic_regex:
-                raise _invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+            # an empty list of names (or an empty regex) is a member subscribed to nothing, as Kafka 4.1+
+            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+                raise _invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                               "(re-)joining.")
         elif epoch == STATIC_LEAVE_EPOCH:
-            if not req.member_id:
-                raise _invalid("MemberId can't be empty.")
             if req.instance_id is None:
                 raise _invalid("InstanceId can't be null.")
-        else:
+        elif epoch < STATIC_LEAVE_EPOCH:
             raise _invalid("MemberEpoch is invalid.")
         if req.server_assignor is not None and req.server_assignor not in self.ctx.config.consumer_assignors:
             raise KafkaError(ErrorCode.unsupported_assignor,
