@@ -246,7 +246,8 @@ KEYS: dict[str, Key] = {
         Key("offsets.retention.check.interval.ms", _int_range(1, LONG_MAX), 600000, "expiry check period"),
         Key("offsets.load.buffer.size", _int_range(1, INT_MAX), 5242880,
             "accepted for compatibility; loading has no fixed buffer", applies=False),
-        Key("offset.metadata.max.bytes", _POS_INT, 4096, "largest commit metadata string"),
+        Key("offset.metadata.max.bytes", _int_range(0, 32767), 4096,
+            "largest commit metadata string (at most 32767: an int16-length string in __consumer_offsets)"),
         Key("offsets.commit.required.acks", _commit_acks, -1,
             "-1: a coordinator write is answered once every ISR replica of its __consumer_offsets partition "
             "has it; 1: once the leader has it (in a cluster; a single node has one replica)"),
