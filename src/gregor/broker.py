@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from gregor.apis.services import Services
@@ -195,13 +196,13 @@ class Broker:
                 log.exception("controlled shutdown failed; stopping anyway")
         # no longer a candidate for controller: a broker elected while it stops would handle other
         # brokers' controlled shutdowns while it leaves itself
-        await self.controller.stop()
+        await self._leaving_step("leaving the controller election", self.controller.stop(), 15)
         # what this broker served since its last telemetry row, while the telemetry partitions'
         # leaders can still be found (its own leaderships have moved away)
         await self._final_telemetry()
         # Kafka's StopReplica: a broker whose leaderships moved stops fetching at once, so that no
         # leader takes it back into an ISR it is about to leave (acks=all would wait for it)
-        await self.replicas.stop()
+        await self._leaving_step("stopping the replica fetchers", self.replicas.stop(), 5)
         if self.registrar is not None:
             await self.registrar.stop()
         from gregor.cluster.zk_metadata import ZkClusterMetadata
@@ -210,7 +211,24 @@ class Broker:
             await self.cluster.stop()
         if self.group_configs is not None:
             await self.group_configs.stop()
-        await self.zk.stop()
+        await self._leaving_step("closing the ZooKeeper session", self.zk.stop(), 5)
+
+    async def _leaving_step(self, what: str, step: Awaitable[None], timeout_s: float) -> None:
+        """One step of leaving the cluster, bounded: one that hangs is logged and left behind, so
+        that stopping goes on; one that is slow is logged with how long it took."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await asyncio.wait_for(step, timeout_s)
+        except TimeoutError:
+            log.warning("%s did not finish within %.0f s; stopping anyway", what, timeout_s)
+            return
+        except Exception:  # noqa: BLE001 - stopping goes on
+            log.warning("%s failed; stopping anyway", what, exc_info=True)
+            return
+        took = loop.time() - started
+        if took > 1:
+            log.info("%s took %.1f s", what, took)
 
     async def _final_telemetry(self) -> None:
         """One last telemetry write when the broker stops, so that what it served since its last

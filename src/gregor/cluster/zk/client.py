@@ -14,8 +14,10 @@ Errors are kazoo's exceptions (``NoNodeError``, ``NodeExistsError``, ``BadVersio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -146,7 +148,24 @@ class ZkClient:
             w._stopped = True  # kazoo's recipes check this flag before calling back
         self._watches.clear()
         if self._kz is not None and self._loop is not None:
-            await self._loop.run_in_executor(None, self._close_kazoo)
+            # on a daemon thread of its own, not the loop's executor: a close that hangs (ZooKeeper
+            # unreachable under load) must not hold up the process's exit, which joins the executor
+            loop = self._loop
+            done: asyncio.Future[None] = loop.create_future()
+
+            def finish() -> None:
+                if not done.done():
+                    done.set_result(None)
+
+            def close() -> None:
+                try:
+                    self._close_kazoo()
+                finally:
+                    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                        loop.call_soon_threadsafe(finish)
+
+            threading.Thread(target=close, name="zk-close", daemon=True).start()
+            await done
 
     def _close_kazoo(self) -> None:
         if self._kz is not None:
