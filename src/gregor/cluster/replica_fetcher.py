@@ -52,16 +52,26 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], _Fetching] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
         self.backoff = int(config["replica.fetch.backoff.ms"]) / 1000
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Stop fetching. The task is cancelled until it is done: Python 3.11's wait_for (under
+        the client's connect and requests) can swallow a cancellation that arrives as its inner
+        future completes, and the fetch loop then went on while this waited for it (a broker
+        stopping in a cluster hung here). The loop also checks ``_stopped``."""
+        self._stopped = True
+        self._wake.set()
+        task = self._task
+        if task is not None:
+            while not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=0.5)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                task.result()
         await self.client.close()
 
     def add(self, part: Partition) -> None:
@@ -75,7 +85,7 @@ class ReplicaFetcher:
         return tp in self.partitions
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             if not self.partitions:
                 self._wake.clear()
                 await self._wake.wait()
