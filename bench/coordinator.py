@@ -190,6 +190,7 @@ def load(records: int) -> tuple[float, float]:
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.context import GroupConfig
     from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
+    from gregor.coordinator.runtime.partition_writer import LogWriter
     from gregor.coordinator.runtime.shard_runtime import ShardRuntime
     from gregor.log.partition_log import PartitionLog, now_ms
     from gregor.protocol.consumer_offsets import OffsetCommitKey, OffsetCommitValue, encode_key, encode_value
@@ -208,7 +209,8 @@ def load(records: int) -> tuple[float, float]:
         size_mb = plog.size_bytes / 1e6
 
         async def run() -> float:
-            rt = ShardRuntime(0, plog, lambda p, t: GroupCoordinatorShard(p, GroupConfig(), now_ms, t), RECORD_SERDE)
+            rt = ShardRuntime(0, plog, lambda p, t: GroupCoordinatorShard(p, GroupConfig(), now_ms, t), RECORD_SERDE,
+                              LogWriter(plog))
             start = time.perf_counter()
             rt.start_loading()
             await rt.wait_loaded()
@@ -345,7 +347,8 @@ class CgCoordinator:
 
         from gregor.config import BrokerConfig
         from gregor.coordinator.group.context import GroupConfig
-        from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
+        from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard, ShardCollaborators
+        from gregor.coordinator.runtime.partition_writer import LogWriter
         from gregor.coordinator.runtime.shard_runtime import ShardRuntime
         from gregor.log.partition_log import PartitionLog, now_ms
 
@@ -357,8 +360,9 @@ class CgCoordinator:
         config = GroupConfig(consumer_heartbeat_interval_ms=heartbeat_interval_ms,
                              consumer_session_timeout_ms=CG_SESSION_TIMEOUT_MS)
         self.rt: Any = ShardRuntime(
-            0, self.plog, lambda p, t: GroupCoordinatorShard(p, config, now_ms, t, topic_metadata=catalogue.get),
-            RECORD_SERDE, label="offsets and group metadata")
+            0, self.plog, lambda p, t: GroupCoordinatorShard(p, config, now_ms, t,
+                                                             ShardCollaborators(topic_metadata=catalogue.get)),
+            RECORD_SERDE, LogWriter(self.plog), label="offsets and group metadata")
 
     async def start(self) -> None:
         self.rt.start_loading()

@@ -20,11 +20,12 @@ BROKER_LAYERS: list[set[str]] = [
     {"protocol", "assignment"},
     {"log"},
     {"cluster"},
+    {"replication"},
     {"coordinator"},
     {"metrics"},
     {"apis"},
     {"server"},
-    {"housekeeping", "broker"},
+    {"housekeeping", "assembly", "broker"},
     {"cli", "devcluster", "__main__", "__init__"},
 ]
 # Clients of the broker: they speak the wire formats (protocol/) and never import the broker's

@@ -58,7 +58,7 @@ def _commit_acks(v: str) -> int:
     return n
 
 
-# replica.selector.class values (KIP-392), by Kafka's class names; cluster/replica_selector.py
+# replica.selector.class values (KIP-392), by Kafka's class names; replication/replica_selector.py
 LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 

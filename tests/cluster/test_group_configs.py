@@ -30,7 +30,7 @@ from gregor.apis.describe_configs import GROUP
 from gregor.assignment import steering
 from gregor.cluster.dynamic_configs import FILE, DynamicConfigs
 from gregor.cluster.zk.client import ZkClient
-from gregor.cluster.zk_group_configs import (
+from gregor.cluster.zk.group_configs import (
     ZkGroupConfigs,
     decode_group_config,
     encode_group_config,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gregor.cluster.replica_selector import ReplicaView, preferred_read_replica
 from gregor.config import LEADER_SELECTOR, RACK_AWARE_SELECTOR, BrokerConfig
+from gregor.replication.replica_selector import ReplicaView, preferred_read_replica
 
 LEADER = ReplicaView(1, "r1", 100, 0, 0)
 

@@ -9,8 +9,8 @@ import pytest
 
 from gregor.cluster.metadata import BrokerEndpoint
 from gregor.cluster.zk.client import ConnectionLoss, SessionExpiredError
-from gregor.cluster.zk_metadata import ZkClusterMetadata
-from gregor.cluster.zk_topic_admin import ZkTopicAdmin
+from gregor.cluster.zk.metadata import ZkClusterMetadata
+from gregor.cluster.zk.topic_admin import ZkTopicAdmin
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 
@@ -42,9 +42,9 @@ def test_auto_creation_while_zookeeper_is_unreachable_is_a_warning_and_can_be_as
         await admin._pending["__consumer_offsets"]
         assert "__consumer_offsets" not in admin._pending  # so the next request tries again
 
-    with caplog.at_level(logging.WARNING, logger="gregor.cluster.zk_topic_admin"):
+    with caplog.at_level(logging.WARNING, logger="gregor.cluster.zk.topic_admin"):
         asyncio.run(main())
-    records = [r for r in caplog.records if r.name == "gregor.cluster.zk_topic_admin"]
+    records = [r for r in caplog.records if r.name == "gregor.cluster.zk.topic_admin"]
     # ZooKeeper being away is expected (the broker said so already): one line, no traceback
     assert [(r.levelno, r.exc_info) for r in records] == [(logging.WARNING, None)]
     assert "ZooKeeper did not answer" in records[0].getMessage()

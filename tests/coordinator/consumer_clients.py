@@ -25,10 +25,10 @@ class ConsumerHarness(GroupShardHarness):
         self.catalogue = dict(TOPICS if topics is None else topics)
         super().__init__(replace(DEFAULT, **config))
 
-    def _new_shard(self, timer: Any) -> Any:
-        shard = super()._new_shard(timer)
-        shard.ctx.topic_metadata = self.catalogue.get
-        return shard
+    def _collaborators(self) -> Any:
+        from dataclasses import replace
+
+        return replace(super()._collaborators(), topic_metadata=lambda name: self.catalogue.get(name))
 
     def heartbeat_consumer(self, req: ConsumerHeartbeatRequest) -> ConsumerHeartbeatResult:
         result: ConsumerHeartbeatResult = self.run(self.shard.consumer_group_heartbeat(req))

@@ -26,7 +26,7 @@ from gregor.coordinator.group.api import (
     SyncRequest,
 )
 from gregor.coordinator.group.context import GroupConfig
-from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
+from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard, ShardCollaborators
 from gregor.coordinator.runtime import loader
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
 from gregor.coordinator.runtime.timer import ManualClock, ManualTimer
@@ -46,11 +46,14 @@ class GroupShardHarness:
         self.log: list[tuple[bytes, bytes | None]] = []  # every record written, encoded
         self.last_records: list[Any] = []
 
+    def _collaborators(self) -> ShardCollaborators:
+        if self.topics is None:
+            return ShardCollaborators()
+        topics = self.topics
+        return ShardCollaborators(topic_exists=lambda t, p: t in topics and 0 <= p < topics[t])
+
     def _new_shard(self, timer: ManualTimer) -> GroupCoordinatorShard:
-        exists = None
-        if self.topics is not None:
-            exists = lambda t, p: t in self.topics and 0 <= p < self.topics[t]  # noqa: E731
-        return GroupCoordinatorShard(0, self.config, self.clock, timer, exists)
+        return GroupCoordinatorShard(0, self.config, self.clock, timer, self._collaborators())
 
     # -- running operations ------------------------------------------------------------------
     def run(self, result: CoordinatorResult[Any]) -> Any:

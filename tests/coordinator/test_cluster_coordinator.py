@@ -35,10 +35,6 @@ class ClusterView(ClusterMetadata):
         self.live = [1, 2, 3]
         self.partitions: dict[int, PartitionLeadership] = {}
 
-    @property
-    def clustered(self) -> bool:
-        return True
-
     def brokers(self) -> list[BrokerEndpoint]:
         return [BrokerEndpoint(b, "127.0.0.1", 9000 + b) for b in self.live]
 
@@ -47,6 +43,29 @@ class ClusterView(ClusterMetadata):
 
     def partition(self, topic: str, partition: int) -> PartitionLeadership:
         return self.partitions.get(partition, PartitionLeadership(-1, -1, [], []))
+
+
+class Replicas:
+    """The replication seam as the test plays it: appends go to the leader's log, leadership and
+    the ISR are the test's cluster view's."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.on_leadership: list = []
+        self.on_high_watermark: list = []
+
+    def append_internal(self, topic: str, partition: int, batch: bytes) -> int:
+        return self.node.logs.get(topic, partition).append_batch_unchecked(batch)
+
+    def leads(self, topic: str, partition: int) -> bool:
+        return self.node.cluster.partition(topic, partition).leader == ME
+
+    def check_min_isr(self, topic: str, partition: int) -> None:
+        need = int(self.node.config["min.insync.replicas"])
+        isr = self.node.cluster.partition(topic, partition).isr
+        if len(isr) < need:
+            raise KafkaError(ErrorCode.not_enough_replicas,
+                             f"{topic}-{partition}: ISR {isr} is smaller than min.insync.replicas={need}")
 
 
 class Node:
@@ -60,17 +79,15 @@ class Node:
         self.admin = TopicAdmin(self.config, self.registry, self.logs)
         self.admin.create_topic("orders", 1, {})
         self.cluster = ClusterView()
+        self.replicas = Replicas(self)
         self.groups = GroupCoordinatorService(self.config, self.registry, self.logs, self.admin.create_topic,
-                                              self.cluster)
+                                              self.cluster, self.replicas,
+                                              offsets_replication_factor=self.config["offsets.topic.replication.factor"])
         if create:
             self.admin.create_topic(OFFSETS_TOPIC, PARTITIONS, {"cleanup.policy": "compact"}, internal=True)
             for p in range(PARTITIONS):
                 self.logs.make_replicated(self.logs.get(OFFSETS_TOPIC, p))
-        self.groups.attach_replication(self.append)
         self.p = partition_for(GROUP, PARTITIONS)
-
-    def append(self, topic: str, partition: int, batch: bytes) -> int:
-        return self.logs.get(topic, partition).append_batch_unchecked(batch)
 
     def lead(self, isr: list[int] | None = None, epoch: int = 1) -> None:
         self.cluster.partitions[self.p] = PartitionLeadership(ME, epoch, [1, 2, 3], isr or [1, 2, 3])

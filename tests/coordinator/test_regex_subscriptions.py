@@ -429,9 +429,13 @@ class RegexHarness(ConsumerHarness):
         self.resolver = RegexResolver()
         super().__init__(dict(CATALOGUE) if topics is None else topics, **config)
 
+    def _collaborators(self) -> Any:
+        from dataclasses import replace
+
+        return replace(super()._collaborators(), catalogue=TopicCatalogue(self.catalogue.keys, recheck_ms=0))
+
     def _new_shard(self, timer: Any) -> Any:
         shard = super()._new_shard(timer)
-        shard.consumer_mgr.regexes.catalogue = TopicCatalogue(self.catalogue.keys, recheck_ms=0)
         shard.consumer_mgr.regexes.resolver = self.resolver
         return shard
 

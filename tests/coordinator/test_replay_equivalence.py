@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gregor.config import BrokerConfig
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
+from gregor.coordinator.runtime.partition_writer import LogWriter
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime
 from gregor.coordinator.runtime.timer import ManualClock, ManualTimer
 from gregor.log.partition_log import PartitionLog, now_ms
@@ -59,7 +60,8 @@ def test_reduced_replay_equals_sequential_replay(tmp_path_factory, batches):
     sequential.on_loaded()
 
     async def load():
-        rt = ShardRuntime(0, plog, lambda p, t: GroupCoordinatorShard(p, DEFAULT, now_ms, t), RECORD_SERDE)
+        rt = ShardRuntime(0, plog, lambda p, t: GroupCoordinatorShard(p, DEFAULT, now_ms, t), RECORD_SERDE,
+                          LogWriter(plog))
         rt.start_loading()
         await rt.wait_loaded()
         s = state(rt.shard)

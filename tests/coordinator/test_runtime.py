@@ -9,6 +9,7 @@ from gregor.config import BrokerConfig
 from gregor.coordinator.group.api import CommitPartition, CommitRequest, HeartbeatRequest, JoinRequest
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
+from gregor.coordinator.runtime.partition_writer import LogWriter
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.log.partition_log import PartitionLog, now_ms
 from gregor.protocol.consumer_offsets import (
@@ -33,9 +34,19 @@ def plog(tmp_path):
     return log
 
 
-def make_runtime(plog, config=GroupConfig(initial_rebalance_delay_ms=0), committed_offset=None):
+def make_runtime(plog, config=GroupConfig(initial_rebalance_delay_ms=0), replicated=False):
+    """A runtime over ``plog``; ``replicated``: its high watermark moves only when the test says
+    (``commit_to``), as a replicated partition's does."""
+    if replicated:
+        plog.replicated = True
     return ShardRuntime(0, plog, lambda p, timer: GroupCoordinatorShard(p, config, now_ms, timer), RECORD_SERDE,
-                        committed_offset=committed_offset)
+                        LogWriter(plog))
+
+
+def commit_to(plog, rt, offset):
+    """The partition's high watermark moves to ``offset`` (the in-sync replicas have it)."""
+    plog.update_high_watermark(offset)
+    rt.on_high_watermark(plog.high_watermark)
 
 
 def append(plog, records):
@@ -182,10 +193,8 @@ def test_writes_wait_for_the_committed_offset_and_are_released_in_order(plog):
     """With a high watermark that lags the append (replication), a commit waits in the write
     queue; an operation without records behind it waits too; raising the high watermark
     releases them, oldest first."""
-    hw = [0]
-
     async def run():
-        rt = make_runtime(plog, committed_offset=lambda: hw[0])
+        rt = make_runtime(plog, replicated=True)
         rt.start_loading()
         await rt.wait_loaded()
         first = CommitRequest("g", -1, "", None, [CommitPartition("t", 0, 1, -1, "")])
@@ -196,13 +205,11 @@ def test_writes_wait_for_the_committed_offset_and_are_released_in_order(plog):
         await asyncio.sleep(0.01)
         assert not (a.done() or b.done() or c.done()) and len(rt.writes) == 3
         assert plog.log_end_offset == 2
-        hw[0] = 1
-        rt.on_high_watermark(1)
+        commit_to(plog, rt, 1)
         await asyncio.sleep(0.01)
         assert a.done() and not b.done() and not c.done()
         assert a.result() == {("t", 0): ErrorCode.none}
-        hw[0] = 2
-        rt.on_high_watermark(2)
+        commit_to(plog, rt, 2)
         assert await b == {("t", 1): ErrorCode.none}
         assert await c == ErrorCode.unknown_member_id
         rt.unload()
@@ -213,10 +220,8 @@ def test_writes_wait_for_the_committed_offset_and_are_released_in_order(plog):
 def test_completions_for_other_members_wait_for_the_committed_offset(plog):
     """A rebalance completed by one member's JoinGroup answers the others only once the write
     that completed it (here: one with records ahead of it) is committed."""
-    hw = [0]
-
     async def run():
-        rt = make_runtime(plog, committed_offset=lambda: hw[0])
+        rt = make_runtime(plog, replicated=True)
         rt.start_loading()
         await rt.wait_loaded()
         commit = CommitRequest("other", -1, "", None, [CommitPartition("t", 0, 1, -1, "")])
@@ -225,8 +230,7 @@ def test_completions_for_other_members_wait_for_the_committed_offset(plog):
         joined = asyncio.ensure_future(resolve(rt.execute(lambda s: s.join_group(join))))
         await asyncio.sleep(0.01)
         assert not joined.done() and rt.shard.groups["g"].state.value == "CompletingRebalance"
-        hw[0] = plog.log_end_offset
-        rt.on_high_watermark(hw[0])
+        commit_to(plog, rt, plog.log_end_offset)
         result = await asyncio.wait_for(joined, 1)
         assert result.error == ErrorCode.none and result.generation_id == 1
         assert (await resolve(pending_commit)) == {("t", 0): ErrorCode.none}
@@ -237,7 +241,7 @@ def test_completions_for_other_members_wait_for_the_committed_offset(plog):
 
 def test_unloading_fails_pending_writes_with_not_coordinator(plog):
     async def run():
-        rt = make_runtime(plog, committed_offset=lambda: 0)
+        rt = make_runtime(plog, replicated=True)
         rt.start_loading()
         await rt.wait_loaded()
         req = CommitRequest("g", -1, "", None, [CommitPartition("t", 0, 1, -1, "")])

@@ -18,14 +18,13 @@ BAR, _ = TOPICS["bar"]
 
 class Steered(ConsumerHarness):
     def __init__(self, **kw) -> None:
-        super().__init__(**kw)
         self.settings: dict[str, str] = {}
-        self.shard.ctx.group_settings = lambda group_id: self.settings
+        super().__init__(**kw)
 
-    def reload(self):
-        shard = super().reload()
-        shard.ctx.group_settings = lambda group_id: self.settings
-        return shard
+    def _collaborators(self):
+        from dataclasses import replace
+
+        return replace(super()._collaborators(), group_settings=lambda group_id: self.settings)
 
     def steer(self, strict: bool = True, **values: str) -> bool:
         """Set the group's steering as IncrementalAlterConfigs does, then bump its epoch; a steering

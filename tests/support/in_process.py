@@ -94,6 +94,7 @@ class InProcessBroker:
         return self.loop.run_until_complete(coro)
 
     def start_groups(self) -> None:
+        self.run(self.broker.replicas.start())  # leadership of the partitions there are (one node: all)
         self.run(self.broker.groups.start())
         self.run(self.broker.groups.wait_loaded())
         self.groups_started = True

@@ -4,7 +4,7 @@ applies SET, DELETE, APPEND and SUBTRACT to single keys; both may only validate.
 themselves are the topic admin's (topic overrides; in a cluster they are written to ZooKeeper and
 every broker applies them) and ``gregor.cluster.dynamic_configs``' (broker and group keys: which
 may change at run time, and how they persist; in a cluster group configs are ZooKeeper's,
-``gregor.cluster.zk_group_configs``)."""
+``gregor.cluster.zk.group_configs``)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ async def _alter_group(ctx: RequestContext, group_id: str, entries: list[tuple[s
     change of its steering (gregor.assignment.*) must fit the group as its coordinator knows it
     (members, topics), else it is refused and nothing changes; once saved, the group gets a new
     epoch so that its members are reassigned. In a cluster the configs are ZooKeeper's
-    (cluster/zk_group_configs.py): written there, applied by every broker, and the coordinator
+    (cluster/zk/group_configs.py): written there, applied by every broker, and the coordinator
     bumps the epoch."""
     dyn = ctx.dynamic_configs
     names_steering = any(k in steering.KEYS for k, _v, _op in entries)
@@ -79,7 +79,7 @@ def _check_steering(ctx: RequestContext, group_id: str, new: dict[str, str]) -> 
     try:
         problems = ctx.groups.steering_problems(group_id, wanted)
     except KafkaError as e:
-        if e.code != ErrorCode.not_coordinator or not ctx.cluster.clustered:
+        if e.code != ErrorCode.not_coordinator:
             raise
         raise KafkaError(e.code, _not_the_coordinator(ctx, group_id, e.message)) from None
     if problems:

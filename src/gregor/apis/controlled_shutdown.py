@@ -18,7 +18,7 @@ from gregor.protocol.errors import ErrorCode
 @handles(ApiKey.CONTROLLED_SHUTDOWN, 3, 3)
 async def controlled_shutdown(ctx: RequestContext, req: Any) -> dict[str, Any]:
     controller = ctx.services.controller
-    if controller is None or not controller.is_active:
+    if not controller.is_active:
         return {"error_code": ErrorCode.not_controller, "remaining_partitions": []}
     code, remaining = await controller.controlled_shutdown(int(req.broker_id), int(req.broker_epoch))
     return {"error_code": code,

@@ -111,7 +111,7 @@ def _status_entries(ctx: RequestContext, group_id: str) -> dict[str, str]:
     """Read-only entries the group's coordinator adds for a consumer-protocol group: its phase and
     the members holding it there (what ConsumerGroupDescribe cannot say: partitions still being
     revoked, and since when)."""
-    phase = ctx.groups.group_phase(group_id)
+    phase = ctx.groups.views.group_phase(group_id)
     if phase is None:
         return {}
     now = time.time()

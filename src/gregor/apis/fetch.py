@@ -10,13 +10,14 @@ A partition's records of ``REGION_BYTES`` or more are not read here: they travel
 that the connection reads in chunks as the socket drains, so a large response does not sit in
 memory (see docs/architecture.md).
 
-In a cluster (``ctx.replicas``), a follower's fetch (``replica_id`` >= 0) goes to the leader,
-tells it the follower's log end (the fetch offset) and reads up to the log end; a consumer reads up
-to the high watermark, from the leader or (Fetch v11+, KIP-392) from any replica hosted here.
+Every partition goes through the replication seam (``ctx.replicas``) once per request: a
+follower's fetch (``replica_id`` >= 0) goes to the leader, tells it the follower's log end (the
+fetch offset) and log start, and reads up to the log end; a consumer reads up to the high
+watermark, from the leader or (Fetch v11+, KIP-392) from any replica hosted here.
 ``current_leader_epoch`` (KIP-320) older than the replica's is FENCED_LEADER_EPOCH, newer is
-UNKNOWN_LEADER_EPOCH. With ``replica.selector.class`` set, the leader answers a consumer in
-another rack with ``preferred_read_replica`` (KIP-392, cluster/replica_selector.py) and no
-records; the consumer then reads from that replica.
+UNKNOWN_LEADER_EPOCH, and is checked again when a long poll ends. With ``replica.selector.class``
+set, the leader answers a consumer in another rack with ``preferred_read_replica`` (KIP-392,
+replication/replica_selector.py) and no records; the consumer then reads from that replica.
 
 Fetch sessions (KIP-227) are declined the way a Kafka broker with a full session cache declines
 them: every response carries session id 0, so clients keep sending full fetch requests.
@@ -30,11 +31,11 @@ import uuid
 from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
-from gregor.cluster.replica_selector import ReplicaView, preferred_read_replica
 from gregor.log.file_region import FileRegion
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.fetch_response import PartitionData, TopicData, encode_fetch_response
+from gregor.replication.replica_selector import ReplicaView, preferred_read_replica
 
 INVALID_SESSION_ID = 0
 FINAL_EPOCH = -1
@@ -53,8 +54,8 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     wanted = _resolve(ctx, req, by_id=ctx.version >= 13)
     # KIP-392: partitions whose consumer should read from another replica, and which one
     redirect: dict[tuple[str, int], int] = {}
-    if ctx.replicas is not None:
-        wanted = _check_replicas(ctx, req, wanted, redirect)
+    replica_id = _replica_id(ctx, req)
+    wanted = _check_replicas(ctx, req, wanted, redirect, replica_id)
     max_wait = req.max_wait.total_seconds()
     # Kafka: the response limit is the smaller of the request's and fetch.max.bytes, and min_bytes
     # never exceeds it
@@ -63,14 +64,14 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     # replication is not consumption: a follower's fetch is not attributed to any group
-    metrics = ctx.metrics if _replica_id(ctx, req) < 0 else None
+    metrics = ctx.metrics if replica_id < 0 else None
     client_id = ctx.header.client_id or ""
     # (topic, partition, fetch offset) of the known topics, for attribution (metrics on only);
     # internal topics (__consumer_offsets read by other brokers' group followers) are not counted
     positions = ([(t, p, offset) for t, p, offset, *_ in wanted if t is not None and not t.startswith("__")]
                  if metrics is not None else [])
     owners = metrics.attribute_fetch(client_id, ctx.client_host, positions, ctx.connection_state) if metrics else {}
-    recheck = ctx.replicas is not None and _replica_id(ctx, req) < 0
+    recheck = replica_id < 0
     waited = False
     while True:
         if waited and recheck:
@@ -115,21 +116,19 @@ Wanted = tuple[str | None, int, int, int, Any, ErrorCode, bool]
 
 
 def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted],
-                    redirect: dict[tuple[str, int], int]) -> list[Wanted]:
+                    redirect: dict[tuple[str, int], int], replica_id: int) -> list[Wanted]:
     """Leadership and leader epochs of every partition, once per request (not per long-poll
     round); a follower's fetch offset is its log end, which moves the leader's high watermark.
     A consumer's partitions that ``replica.selector.class`` sends to another replica go into
     ``redirect``."""
     replicas = ctx.replicas
-    assert replicas is not None
-    replica_id = _replica_id(ctx, req)
-    epochs = _request_epochs(ctx, req)
+    asked = _request_partitions(ctx, req)
     selector = ctx.config["replica.selector.class"]
     client_rack = (getattr(req, "rack_id", "") or "") if selector is not None and ctx.version >= 11 else ""
     out: list[Wanted] = []
     for name, partition, offset, pmax, key, err, _ in wanted:
         if name is not None and not err:
-            epoch = epochs.get((key, partition), -1)
+            epoch, log_start = asked.get((key, partition), (-1, -1))
             try:
                 if replica_id >= 0:
                     part = replicas.leader_partition(name, partition, epoch)
@@ -139,7 +138,7 @@ def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted],
                         raise KafkaError(ErrorCode.offset_out_of_range,
                                          f"broker {replica_id} fetches {name}-{partition} at {offset}, past the"
                                          f" leader's log end {part.log.log_end_offset}")
-                    replicas.follower_fetched(part, replica_id, offset)
+                    replicas.follower_fetched(part, replica_id, offset, log_start)
                 elif ctx.version >= 11:
                     part = replicas.local_partition(name, partition, epoch)
                     if client_rack and part.is_leader:
@@ -154,8 +153,11 @@ def _check_replicas(ctx: RequestContext, req: Any, wanted: list[Wanted],
     return out
 
 
-def _request_epochs(ctx: RequestContext, req: Any) -> dict[tuple[Any, int], int]:
-    return {(ft.topic if ctx.version < 13 else ft.topic_id, fp.partition): getattr(fp, "current_leader_epoch", -1)
+def _request_partitions(ctx: RequestContext, req: Any) -> dict[tuple[Any, int], tuple[int, int]]:
+    """(topic key, partition) -> (current leader epoch, the fetching replica's log start)."""
+    by_id = ctx.version >= 13
+    return {(ft.topic_id if by_id else ft.topic, fp.partition):
+            (getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1))
             for ft in req.topics for fp in ft.partitions}
 
 
@@ -163,12 +165,11 @@ def _recheck_epochs(ctx: RequestContext, req: Any, wanted: list[Wanted]) -> list
     """A consumer's partitions checked again after a long-poll wait: still served here, at the
     epoch the consumer asked with."""
     replicas = ctx.replicas
-    assert replicas is not None
-    epochs = _request_epochs(ctx, req)
+    asked = _request_partitions(ctx, req)
     out: list[Wanted] = []
     for name, partition, offset, pmax, key, err, consumer in wanted:
         if name is not None and not err:
-            epoch = epochs.get((key, partition), -1)
+            epoch = asked.get((key, partition), (-1, -1))[0]
             try:
                 if ctx.version >= 11:
                     replicas.local_partition(name, partition, epoch)
@@ -190,8 +191,7 @@ def _preferred_replica(ctx: RequestContext, part: Any, selector: str, client_rac
         endpoint = ctx.cluster.broker(broker_id)
         if endpoint is None or fs.log_end_offset < 0:
             continue  # not alive, or has not fetched since this broker became leader
-        # a follower's log start is not tracked; replicas delete segments on the same schedule
-        followers.append(ReplicaView(broker_id, endpoint.rack, fs.log_end_offset, 0,
+        followers.append(ReplicaView(broker_id, endpoint.rack, fs.log_end_offset, max(fs.log_start_offset, 0),
                                      now - fs.last_caught_up_ms))
     return preferred_read_replica(selector, client_rack, offset, leader_view, followers)
 

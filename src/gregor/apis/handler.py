@@ -20,13 +20,13 @@ if TYPE_CHECKING:
     from gregor.cluster.dynamic_configs import DynamicConfigs
     from gregor.cluster.metadata import ClusterMetadata
     from gregor.cluster.producer_ids import ProducerIdManager
-    from gregor.cluster.replica_manager import ReplicaManager
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
     from gregor.log.log_manager import LogManager
     from gregor.metrics.registry import BrokerMetrics
     from gregor.protocol.codec import RequestHeader
+    from gregor.replication.replica_manager import ReplicaManager
 
 
 class CloseConnection(Exception):
@@ -84,8 +84,8 @@ class RequestContext:
         return self.services.metrics
 
     @property
-    def replicas(self) -> ReplicaManager | None:
-        """In a cluster, the replica manager (leadership, replication); None on one node."""
+    def replicas(self) -> ReplicaManager:
+        """The partitions hosted here (the replication seam): leadership, appends, acks=all."""
         return self.services.replicas
 
 

@@ -1,9 +1,14 @@
 """ListOffsets (2): earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), or the
 first offset whose timestamp is at or after a given time.
 
-In a cluster only the leader answers (NOT_LEADER_OR_FOLLOWER elsewhere, leader epochs checked as
-KIP-320 says); latest is the high watermark for clients and the log end for a follower
-(``replica_id`` >= 0), and the answer carries the leader epoch."""
+Only the partition's leader answers (the replication seam, with KIP-320's leader epoch checks);
+a debugging request (replica id -2) may be answered by any replica. As Kafka's
+fetchOffsetForTimestamp: a consumer's answers never reach past the high watermark (the last
+offset it could fetch): latest is the high watermark, and a timestamp or max-timestamp lookup
+whose record is at or above it finds nothing (offset -1). A new leader whose high watermark has
+not yet reached the start of its leader epoch answers OFFSET_NOT_AVAILABLE (v5+; older versions
+LEADER_NOT_AVAILABLE) for latest and for a lookup it cannot answer below it, and the client asks
+again. A follower (``replica_id`` >= 0) is answered up to the log end."""
 
 from __future__ import annotations
 
@@ -13,30 +18,31 @@ from gregor.apis.handler import RequestContext, handles
 from gregor.log.storage_errors import CorruptBatch
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.replication.partition import Partition
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
 @handles(ApiKey.LIST_OFFSETS, 1, 8)
 async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    replica_id = getattr(req, "replica_id", CONSUMER_REPLICA_ID)
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
-                                     "timestamp": -1, "offset": -1, "leader_epoch": 0}
+                                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
             try:
-                if ctx.replicas is not None:
-                    part = ctx.replicas.leader_partition(t.name, p.partition_index,
-                                                         getattr(p, "current_leader_epoch", -1))
-                    entry["leader_epoch"] = part.leader_epoch
-                    if p.timestamp == LATEST and getattr(req, "replica_id", -1) >= 0:
-                        entry["offset"] = part.log.log_end_offset
-                        parts.append(entry)
-                        continue
-                _lookup(ctx, t.name, p.partition_index, p.timestamp, entry)
-            except KafkaError as e:  # an offline partition (KAFKA_STORAGE_ERROR), a corrupt batch
+                epoch = getattr(p, "current_leader_epoch", -1)
+                part = (ctx.replicas.local_partition(t.name, p.partition_index, epoch)
+                        if replica_id == DEBUGGING_REPLICA_ID
+                        else ctx.replicas.leader_partition(t.name, p.partition_index, epoch))
+                _lookup(part, p.timestamp, replica_id, entry)
+            except KafkaError as e:  # leadership, epochs, an offline partition, a corrupt batch
                 entry["error_code"] = e.code
+                if e.code == ErrorCode.offset_not_available and ctx.version < 5:
+                    entry["error_code"] = ErrorCode.leader_not_available
             except CorruptBatch:
                 entry["error_code"] = ErrorCode.corrupt_message
             except OSError:  # the files could not be read
@@ -46,21 +52,37 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": topics}
 
 
-def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, entry: dict[str, Any]) -> None:
-    plog = ctx.logs.get(topic, partition)
-    if plog is None:
-        entry["error_code"] = ErrorCode.unknown_topic_or_partition
-    elif ts == LATEST:
-        entry["offset"] = plog.high_watermark
-    elif ts in (EARLIEST, EARLIEST_LOCAL):
+def _lookup(part: Partition, ts: int, replica_id: int, entry: dict[str, Any]) -> None:
+    plog = part.log
+    client = replica_id < 0
+    last_fetchable = plog.high_watermark if client else plog.log_end_offset
+    lagging = client and part.epoch_start_offset > plog.high_watermark
+    not_available = KafkaError(ErrorCode.offset_not_available,
+                               f"{part.topic}-{part.partition}: the high watermark ({plog.high_watermark}) is "
+                               f"behind the start of leader epoch {part.leader_epoch} ({part.epoch_start_offset})")
+    if ts == LATEST:
+        if lagging:
+            raise not_available
+        entry["offset"], entry["leader_epoch"] = last_fetchable, part.leader_epoch
+        return
+    if ts in (EARLIEST, EARLIEST_LOCAL):
         entry["offset"] = plog.log_start_offset
-    elif ts == MAX_TIMESTAMP:
+        entry["leader_epoch"] = max(plog.epochs.epoch_for_offset(plog.log_start_offset), -1)
+        return
+    if ts == MAX_TIMESTAMP:
         found = plog.max_timestamp_offset()
-        if found is not None:
-            entry["offset"], entry["timestamp"] = found
     elif ts < 0:
-        entry["error_code"] = ErrorCode.invalid_request
+        raise KafkaError(ErrorCode.invalid_request, f"timestamp {ts} is not valid")
     else:
-        hit = plog.offset_for_timestamp(ts)
-        if hit is not None:
-            entry["offset"], entry["timestamp"] = hit
+        found = plog.offset_for_timestamp(ts)
+    if found is None:
+        if lagging:
+            raise not_available
+        return
+    offset, timestamp = found
+    if offset >= last_fetchable:  # not committed yet: a client may not learn of it
+        if lagging:
+            raise not_available
+        return
+    entry["offset"], entry["timestamp"] = offset, timestamp
+    entry["leader_epoch"] = max(plog.epochs.epoch_for_offset(offset), -1)

@@ -5,7 +5,8 @@ asks it after a leader change to detect a truncation below its position (KIP-320
 a requested epoch is the largest epoch at or below it that this log knows and the start offset of
 the next higher epoch (the log end for the latest epoch); an epoch older than any known is
 UNDEFINED (-1, -1). Only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere);
-``current_leader_epoch`` is checked as for Fetch.
+``current_leader_epoch`` is checked first, as for Fetch: a follower that asks a new leader which
+has not read its own election yet gets UNKNOWN_LEADER_EPOCH and asks again at once.
 """
 
 from __future__ import annotations
@@ -26,15 +27,8 @@ async def offset_for_leader_epoch(ctx: RequestContext, req: Any) -> dict[str, An
             entry: dict[str, Any] = {"partition": p.partition, "error_code": ErrorCode.none,
                                      "leader_epoch": -1, "end_offset": -1}
             try:
-                if ctx.replicas is not None:
-                    plog = ctx.replicas.leader_partition(t.topic, p.partition,
-                                                         getattr(p, "current_leader_epoch", -1)).log
-                else:
-                    found = ctx.logs.get(t.topic, p.partition)
-                    if found is None:
-                        raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                                         f"partition {t.topic}-{p.partition} does not exist")
-                    plog = found
+                plog = ctx.replicas.leader_partition(t.topic, p.partition,
+                                                     getattr(p, "current_leader_epoch", -1)).log
                 plog.ensure_loaded()
                 entry["leader_epoch"], entry["end_offset"] = plog.epochs.end_offset_for(
                     p.leader_epoch, plog.log_end_offset)

@@ -1,11 +1,9 @@
-"""Produce (0): append each partition's record batch to its log.
+"""Produce (0): append each partition's record batch as its leader (the replication seam,
+``ctx.replicas``: on one node the log's own append; in a cluster the leader's, with the
+min.insync.replicas check for acks=all, which is then answered once the high watermark covers the
+batch, within the request's timeout).
 
-acks=0 gets no response; acks=1 and acks=-1 (all) are answered once the write returned, which on
-one node is the same point (see docs/operations.md for what that survives under the flush policy).
-
-In a cluster only the partition's leader appends (NOT_LEADER_OR_FOLLOWER elsewhere); acks=-1 is
-refused with NOT_ENOUGH_REPLICAS when the ISR is smaller than min.insync.replicas and otherwise
-answered once the high watermark covers the batch, within the request's timeout (replica_manager.py).
+acks=0 gets no response; a failed acks=0 write closes the connection, as Kafka does.
 """
 
 from __future__ import annotations
@@ -16,14 +14,15 @@ from typing import Any
 from gregor.apis.handler import CloseConnection, RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.replication.replica_manager import REPLICATION_ERRORS
 
 
 @handles(ApiKey.PRODUCE, 3, 11)
 async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = req.acks
-    replicas = ctx.replicas
+    append = ctx.replicas.append_records
+    timeout_s = req.timeout.total_seconds()
     waits: list[tuple[dict[str, Any], Any]] = []  # (partition response, awaitable of its error)
-    notify = ctx.logs.notifier.notify
     responses = []
     for td in req.topic_data:
         name = td.name
@@ -40,21 +39,11 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                 if topic.internal:
                     raise KafkaError(ErrorCode.invalid_topic_exception,
                                      f"clients may not produce to internal topic '{name}'")
-                # one node: the local log; a cluster: the leader's replica (not every partition is here)
-                plog = ctx.logs.get(name, pd.index) if replicas is None else None
-                if plog is None and not (replicas is not None and 0 <= pd.index < topic.partitions):
-                    raise KafkaError(ErrorCode.unknown_topic_or_partition,
-                                     f"partition {name}-{pd.index} does not exist")
                 if not pd.records:
                     raise KafkaError(ErrorCode.corrupt_message, "produce request without records")
-                if replicas is None:
-                    assert plog is not None
-                    res = plog.append(pd.records)
-                else:
-                    part, res, required = replicas.append(name, pd.index, pd.records, acks)
-                    if acks == -1:
-                        waits.append((p, replicas.wait_replicated(part, required, req.timeout.total_seconds())))
-                notify((name, pd.index))
+                res, waiter = append(name, pd.index, pd.records, acks, timeout_s)
+                if waiter is not None:
+                    waits.append((p, waiter))
                 p["base_offset"] = res.base_offset
                 p["log_append_time"] = res.log_append_time
                 p["log_start_offset"] = res.log_start_offset
@@ -75,17 +64,10 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
         for (p, _), code in zip(waits, codes, strict=True):
             if code:
                 p["error_code"] = code
-                p["error_message"] = _REPLICATION_ERRORS.get(code)
+                p["error_message"] = REPLICATION_ERRORS.get(code)
     if acks == 0:
         if any(p["error_code"] for r in responses for p in r["partition_responses"]):
             # Kafka closes the connection so that a fire-and-forget producer notices the failure.
             raise CloseConnection
         return None
     return {"responses": responses, "throttle_time": 0}
-
-
-_REPLICATION_ERRORS = {
-    ErrorCode.not_enough_replicas_after_append: "written, but the ISR shrank below min.insync.replicas",
-    ErrorCode.request_timed_out: "the in-sync replicas did not all confirm the write within the request's timeout",
-    ErrorCode.not_leader_or_follower: "leadership moved before the in-sync replicas confirmed the write",
-}

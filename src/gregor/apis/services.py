@@ -5,20 +5,40 @@ composition root (``broker.py``). A handler reaches a service through its reques
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from gregor.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from gregor.cluster.controller import Controller
     from gregor.cluster.credentials import ScramCredentials
     from gregor.cluster.dynamic_configs import DynamicConfigs
     from gregor.cluster.metadata import ClusterMetadata
     from gregor.cluster.producer_ids import ProducerIdManager
-    from gregor.cluster.replica_manager import ReplicaManager
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
     from gregor.log.log_manager import LogManager
     from gregor.metrics.registry import BrokerMetrics
+    from gregor.replication.replica_manager import ReplicaManager
+
+
+class ControllerService(Protocol):
+    """The controller as ControlledShutdown sees it (in a cluster, this broker's Controller; on
+    one node ``NoController``: there is no one to move leadership to)."""
+
+    @property
+    def is_active(self) -> bool: ...
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int
+                                  ) -> tuple[ErrorCode, list[tuple[str, int]]]: ...
+
+
+class NoController:
+    is_active = False
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int
+                                  ) -> tuple[ErrorCode, list[tuple[str, int]]]:
+        return ErrorCode.not_controller, []
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,5 +52,5 @@ class Services:
     dynamic_configs: DynamicConfigs  # configs altered at run time (broker, group)
     credentials: ScramCredentials  # SCRAM credentials (DescribeUserScramCredentials, Alter...)
     metrics: BrokerMetrics | None  # None when metrics are off
-    replicas: ReplicaManager | None = None  # in a cluster: leadership, replication, acks=all (None: one node)
-    controller: Controller | None = None  # in a cluster: this broker's controller (ControlledShutdown)
+    replicas: ReplicaManager  # the partitions hosted here: leadership, appends, acks=all (the replication seam)
+    controller: ControllerService  # ControlledShutdown (NoController on one node)

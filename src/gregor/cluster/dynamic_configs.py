@@ -24,7 +24,7 @@ group's consumer-protocol members (KIP-848) from their next heartbeat on; classi
 governed by them (as in Kafka); the share keys are stored and described only.
 
 In a cluster (``zookeeper.connect``) group configs are the cluster's, not a broker's: ZooKeeper
-holds them (``/config/groups/<group id>``) and ``cluster/zk_group_configs.py`` mirrors them into
+holds them (``/config/groups/<group id>``) and ``cluster/zk/group_configs.py`` mirrors them into
 ``groups`` here on every broker and writes the changes (``group_store``). The file then keeps
 broker configs only; group configs an older version left in it are moved to ZooKeeper once.
 """
@@ -42,7 +42,7 @@ from gregor.config import KEYS, BrokerConfig, ConfigError
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from gregor.cluster.zk_group_configs import ZkGroupConfigs
+    from gregor.cluster.zk.group_configs import ZkGroupConfigs
     from gregor.log.log_manager import LogManager
     from gregor.log.topic_registry import TopicRegistry
 

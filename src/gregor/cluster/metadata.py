@@ -3,7 +3,7 @@ controller, and who leads each partition.
 
 On one node the answer is always "this broker": it is the only broker, the controller, and the
 leader of every partition, with itself as the only replica. In a ZooKeeper cluster,
-``ZkClusterMetadata`` (cluster/zk_metadata.py) gives the cluster's answers to the same questions,
+``ZkClusterMetadata`` (cluster/zk/metadata.py) gives the cluster's answers to the same questions,
 for the same callers (Metadata, DescribeCluster, DescribeTopicPartitions, CreateTopics).
 """
 
@@ -51,11 +51,6 @@ class ClusterMetadata:
     def brokers(self) -> list[BrokerEndpoint]:
         """The live brokers, by node id."""
         return [self.this_broker()]
-
-    @property
-    def clustered(self) -> bool:
-        """Whether this broker is one of a cluster (False: the single-node default)."""
-        return False
 
     def broker(self, node_id: int) -> BrokerEndpoint | None:
         """A live broker's endpoint."""

@@ -30,12 +30,17 @@ MAX_PARTITIONS = 100_000
 
 
 class TopicAdmin:
-    """``on_deleted`` listeners hear of each deleted topic (the coordinator removes its offsets)."""
+    """Topics on one node: every partition's only replica is this broker. ``on_created``
+    listeners hear of each topic created or grown here (``(topic, new partition numbers)``: the
+    single node's replica manager leads them), ``on_deleted`` of each deleted topic (the
+    coordinator removes its offsets)."""
 
     def __init__(self, config: BrokerConfig, registry: TopicRegistry, logs: LogManager) -> None:
         self.config = config
+        self.node_id: int = config["node.id"]
         self.registry = registry
         self.logs = logs
+        self.on_created: list[Callable[[Topic, range], None]] = []
         self.on_deleted: list[Callable[[str], None]] = []
         self._creating: set[str] = set()  # topics whose files a worker thread is making
         self._deleting: set[str] = set()  # topics whose files are being deleted
@@ -73,8 +78,9 @@ class TopicAdmin:
                                  timeout_s: float = 30.0) -> Topic | None:
         """CreateTopics: the partitions' files are made in a worker thread, so that the event loop
         keeps serving other requests; answered once they exist and the registry is saved. (The
-        replication factor and assignments, checked by the handler, are one broker's here;
-        ``ZkTopicAdmin`` uses them.)"""
+        replication factor and assignments can only name this broker here; ``ZkTopicAdmin`` uses
+        them.)"""
+        self._check_one_broker(replication_factor, list((assignments or {}).values()))
         partitions, parsed = self._check_new_topic(name, partitions, configs)
         if validate_only:
             return None
@@ -86,6 +92,17 @@ class TopicAdmin:
             self._creating.discard(name)
         self._commit_topic(topic, logs)
         return topic
+
+    def _check_one_broker(self, replication_factor: int, assignments: list[list[int]]) -> None:
+        if any(list(a) != [self.node_id] for a in assignments):
+            raise KafkaError(ErrorCode.invalid_replica_assignment, f"this cluster has one broker ({self.node_id})")
+        if replication_factor not in (-1, 1):
+            raise KafkaError(ErrorCode.invalid_replication_factor,
+                             f"replication factor {replication_factor} is larger than the 1 available broker")
+
+    def replication_factor_of(self, replication_factor: int, assignments: dict[int, list[int]] | None) -> int:
+        """The replication factor a CreateTopics answer reports."""
+        return 1
 
     def _check_new_topic(self, name: str, partitions: int,
                          configs: dict[str, str | None]) -> tuple[int, dict[str, Any]]:
@@ -108,6 +125,14 @@ class TopicAdmin:
             raise StorageError(f"cannot save the topic registry: {describe(e)}") from None
         self.logs.register(logs)
         log.info("created topic %s with %d partitions, configs %s", topic.name, topic.partitions, topic.configs)
+        self._tell_created(topic, range(topic.partitions))
+
+    def _tell_created(self, topic: Topic, partitions: range) -> None:
+        for listener in self.on_created:
+            try:
+                listener(topic, partitions)
+            except Exception:
+                log.exception("topic %s: a creation listener failed", topic.name)
 
     @staticmethod
     def parse_topic_configs(configs: dict[str, str | None]) -> dict[str, Any]:
@@ -185,7 +210,8 @@ class TopicAdmin:
     async def add_partitions_async(self, name: str, count: int, validate_only: bool = False,
                                    assignments: list[list[int]] | None = None) -> None:
         """CreatePartitions: as ``add_partitions``, the new files made in a worker thread. (Manual
-        ``assignments``, checked by the handler, are one broker's here; ``ZkTopicAdmin`` uses them.)"""
+        ``assignments`` can only name this broker here; ``ZkTopicAdmin`` uses them.)"""
+        self._check_one_broker(-1, assignments or [])
         self.add_partitions(name, count, validate_only=True)
         if validate_only:
             return
@@ -215,6 +241,7 @@ class TopicAdmin:
             raise StorageError(f"cannot save the topic registry: {describe(e)}") from None
         self.logs.register(logs)
         log.info("topic %s now has %d partitions (was %d)", topic.name, count, old)
+        self._tell_created(topic, range(old, count))
 
     def alter_topic_configs(self, name: str, configs: dict[str, Any], incremental_ops: dict[str, int] | None,
                             validate_only: bool) -> None:

@@ -19,6 +19,10 @@ The broker creates the topic with ``telemetry.topic.num.partitions`` partitions 
 record of a group to partition ``murmur2(group) % partitions`` (Kafka's default partitioner on the
 group name), so a reader of one partition sees whole groups, in time order: the lag report
 evaluates each partition on its own, without a shuffle.
+
+Every broker writes what it served and the lag of what it leads (``LeaderSink``): a batch whose
+partition is led here is appended through the replication seam, one led elsewhere is produced to
+its leader (on one node every partition is led here).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.log.log_manager import LogManager
     from gregor.metrics.registry import BrokerMetrics
+    from gregor.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +55,30 @@ Sink = Callable[[int, bytes], Awaitable[None]]
 
 class TelemetryWriter:
     """Writes what ``metrics`` counted and its groups view holds; ``partitions`` is
-    ``telemetry.topic.num.partitions``. ``sink(partition, batch)`` stores a batch (default: this
-    broker's log; in a cluster a ``ClusterSink``, to the partition's leader)."""
+    ``telemetry.topic.num.partitions``. ``sink(partition, batch)`` stores a batch (``LeaderSink``)."""
 
     def __init__(self, node_id: int, topics: TopicAdmin, logs: LogManager, metrics: BrokerMetrics,
-                 partitions: int, sink: Sink | None = None) -> None:
+                 partitions: int, sink: Sink, create_topic_at_start: bool = False) -> None:
         self.node_id = node_id
-        self.sink: Sink = sink if sink is not None else self._append_here
+        self.sink = sink
+        self.create_topic_at_start = create_topic_at_start
         self.topics = topics
         self.logs = logs
         self.metrics = metrics
         self.partitions = partitions
         self.started_ms = int(time.time() * 1000)
         self._homes: dict[tuple[str, int], int] = {}
+
+    def start(self) -> None:
+        """Create the topic now (one node), rather than at the first write (a cluster: once the
+        brokers have joined)."""
+        if self.create_topic_at_start:
+            self.ensure_topic()
+
+    async def close(self) -> None:
+        close = getattr(self.sink, "close", None)
+        if close is not None:
+            await close()
 
     def ensure_topic(self) -> None:
         """Create the topic if it is missing (in a cluster: asynchronously, through ZooKeeper;
@@ -111,12 +127,6 @@ class TelemetryWriter:
                         "members": members, "commit_ts": r["commit_ts"]})
         return out
 
-    async def _append_here(self, partition: int, batch: bytes) -> None:
-        plog = self.logs.get(TELEMETRY_TOPIC, partition)
-        if plog is not None:
-            plog.append_batch_unchecked(batch)
-            self.logs.notifier.notify((TELEMETRY_TOPIC, partition))
-
     async def write(self) -> int:
         """Write one interval's rows; returns how many were written."""
         topic = self.topics.get(TELEMETRY_TOPIC)
@@ -140,27 +150,27 @@ class TelemetryWriter:
         return written
 
 
-class ClusterSink:
-    """Telemetry in a cluster: a batch goes to its partition's leader, appended here as leader
-    (``append_internal``, replicated like any record) or produced to the leader (acks=1). An
-    interval whose partition has no leader, or whose leader does not answer, is dropped and
-    logged: telemetry must never hold the broker up."""
+class LeaderSink:
+    """A telemetry batch goes to its partition's leader: appended here through the replication
+    seam when this broker leads it (replicated like any record), else produced to the leader
+    (acks=1). An interval whose partition has no leader, or whose leader does not answer, is
+    dropped and logged: telemetry must never hold the broker up."""
 
-    def __init__(self, cluster: ClusterMetadata, append_internal: Callable[[str, int, bytes], int],
-                 notify: Callable[[tuple[str, int]], None], timeout_ms: int = 5000) -> None:
+    def __init__(self, cluster: ClusterMetadata, replicas: ReplicaManager, timeout_ms: int = 5000) -> None:
         self.cluster = cluster
-        self.append_internal = append_internal
-        self.notify = notify
+        self.replicas = replicas
         self.timeout_ms = timeout_ms
         self._clients = BrokerClients(f"gregor-{cluster.node_id}-telemetry", timeout_ms)
 
     async def __call__(self, partition: int, batch: bytes) -> None:
-        leader = self.cluster.partition(TELEMETRY_TOPIC, partition).leader
-        if leader == self.cluster.node_id:
-            self.append_internal(TELEMETRY_TOPIC, partition, batch)
-            self.notify((TELEMETRY_TOPIC, partition))
+        if self.replicas.leads(TELEMETRY_TOPIC, partition):
+            try:
+                self.replicas.append_internal(TELEMETRY_TOPIC, partition, batch)
+            except KafkaError as e:  # leadership moved this instant, or the disk failed
+                log.warning("telemetry for %s-%d dropped this interval: %s", TELEMETRY_TOPIC, partition, e.message)
             return
-        endpoint = self.cluster.broker(leader) if leader >= 0 else None
+        leader = self.cluster.partition(TELEMETRY_TOPIC, partition).leader
+        endpoint = self.cluster.broker(leader) if leader >= 0 and leader != self.cluster.node_id else None
         if endpoint is None:
             log.warning("telemetry for %s-%d dropped this interval: the partition has no live leader",
                         TELEMETRY_TOPIC, partition)

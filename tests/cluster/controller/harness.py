@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 
-from gregor.cluster import zk_admin
 from gregor.cluster.controller import Controller
+from gregor.cluster.zk import admin as zk_admin
 from gregor.cluster.zk import znodes
 from gregor.cluster.zk.client import ZkClient
-from gregor.cluster.zk_broker import BrokerRegistrar
+from gregor.cluster.zk.registration import BrokerRegistrar
 from gregor.config import BrokerConfig
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gregor.cluster import zk_admin
+from gregor.cluster.zk import admin as zk_admin
 from gregor.cluster.zk import znodes
 from gregor.cluster.zk.client import Op, ZkSession
 from gregor.protocol.errors import ErrorCode

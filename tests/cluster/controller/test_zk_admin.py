@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from gregor.cluster import zk_admin
 from gregor.cluster.replica_assignment import assign_replicas_to_brokers
+from gregor.cluster.zk import admin as zk_admin
 from gregor.cluster.zk import znodes
 from gregor.protocol.errors import ErrorCode, KafkaError
 from tests.cluster.controller.harness import Cluster, run

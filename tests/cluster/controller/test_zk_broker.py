@@ -11,7 +11,7 @@ import pytest
 
 from gregor.cluster.zk import znodes
 from gregor.cluster.zk.client import ZkClient
-from gregor.cluster.zk_broker import BrokerIdInUse, BrokerRegistrar, InconsistentClusterId
+from gregor.cluster.zk.registration import BrokerIdInUse, BrokerRegistrar, InconsistentClusterId
 from tests.cluster.controller.harness import SESSION_MS, Cluster, eventually, run
 
 

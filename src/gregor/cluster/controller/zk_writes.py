@@ -79,7 +79,7 @@ class ControllerZk:
             got = await self.get(path)
             if got is None:
                 return None
-            return znodes.PartitionState.decode(got[0], got[1].version, path)
+            return znodes.PartitionState.decode(got[0], got[1].version, path, got[1].mzxid)
 
         states = await asyncio.gather(*(one(tp) for tp in tps))
         return dict(zip(tps, states, strict=True))
@@ -138,8 +138,7 @@ class ControllerZk:
                     raise out
                 failed[tp] = out
             else:
-                written[tp] = znodes.PartitionState(st.leader, st.leader_epoch, list(st.isr), st.controller_epoch,
-                                                    out.version)
+                written[tp] = st.written(out.version, out.mzxid)
         if moved is not None:
             raise moved
         return written, retry, failed

@@ -180,23 +180,27 @@ class TopicAssignment:
 class PartitionState:
     """LeaderIsrAndControllerEpoch: who leads, since which leader epoch, the ISR, and the epoch of
     the controller that wrote it. ``zk_version`` is the node's version when read (-1: not read),
-    the condition of the next write."""
+    the condition of the next write; ``mzxid`` the zxid of the write that made it (-1: unknown),
+    which a broker compares with its registration's (its broker epoch): a leadership written
+    before the broker registered is not the controller's word to this registration."""
     leader: int
     leader_epoch: int
     isr: list[int]
     controller_epoch: int
     zk_version: int = field(default=-1, compare=False)
+    mzxid: int = field(default=-1, compare=False)
 
     def encode(self) -> bytes:
         return _dump({"controller_epoch": self.controller_epoch, "leader": self.leader, "version": 1,
                       "leader_epoch": self.leader_epoch, "isr": list(self.isr)})
 
     @staticmethod
-    def decode(data: bytes | None, zk_version: int = -1, path: str = "partition state") -> PartitionState:
+    def decode(data: bytes | None, zk_version: int = -1, path: str = "partition state",
+               mzxid: int = -1) -> PartitionState:
         obj = _json(data, path)
         try:
             return PartitionState(int(obj["leader"]), int(obj["leader_epoch"]), [int(r) for r in obj["isr"]],
-                                  int(obj["controller_epoch"]), zk_version)
+                                  int(obj["controller_epoch"]), zk_version, mzxid)
         except (KeyError, TypeError, ValueError):
             raise ZnodeFormatError(f"{path}: not a partition state: {data!r}") from None
 
@@ -207,6 +211,11 @@ class PartitionState:
     def with_isr(self, isr: list[int]) -> PartitionState:
         """A leader's ISR change: same leader and leader epoch."""
         return PartitionState(self.leader, self.leader_epoch, isr, self.controller_epoch, self.zk_version)
+
+    def written(self, zk_version: int, mzxid: int) -> PartitionState:
+        """This state as written, with the node's new version and zxid."""
+        return PartitionState(self.leader, self.leader_epoch, list(self.isr), self.controller_epoch, zk_version,
+                              mzxid)
 
 
 # -- /config/topics/<t>, /admin/delete_topics/<t>, /cluster/id -------------------------------------

@@ -100,15 +100,16 @@ class DowngradeOnReplace(Protocol):
     """A classic static member took the place of the last consumer-protocol member: the group may
     become a classic group (migration.Downgrade)."""
 
-    def replaced(self, group: ConsumerGroup, replaced: ConsumerMember, joining: ConsumerMember,
-                 resubscribed: bool, records: list[Record]) -> ClassicGroup | None: ...
+    def replaced(self, consumer: ConsumerGroupManager, group: ConsumerGroup, replaced: ConsumerMember,
+                 joining: ConsumerMember, resubscribed: bool, records: list[Record]) -> ClassicGroup | None: ...
 
 
 class ClassicMembers:
-    def __init__(self, ctx: ShardContext, consumer: ConsumerGroupManager) -> None:
+    def __init__(self, ctx: ShardContext, consumer: ConsumerGroupManager,
+                 downgrade: DowngradeOnReplace | None = None) -> None:
         self.ctx = ctx
         self.consumer = consumer
-        self.downgrade: DowngradeOnReplace | None = None  # set by the shard (migration.Downgrade)
+        self.downgrade = downgrade  # migration.Downgrade (None: a group is never downgraded here)
 
     @staticmethod
     def _names_of(group: ConsumerGroup) -> dict[TopicId, str]:
@@ -216,7 +217,7 @@ class ClassicMembers:
         if self.downgrade is None:
             return None
         resubscribed = reconciled.subscribed_topic_names != member.subscribed_topic_names
-        return self.downgrade.replaced(group, replaced, reconciled, resubscribed, records)
+        return self.downgrade.replaced(self.consumer, group, replaced, reconciled, resubscribed, records)
 
     def _joining_member(self, group: ConsumerGroup, req: JoinRequest, member_id: str, unknown: bool,
                         records: list[Record]) -> ConsumerMember:

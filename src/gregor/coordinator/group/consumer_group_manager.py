@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Protocol, TypeVar
 
 from gregor.assignment import assignors, steering
@@ -47,6 +47,7 @@ from gregor.coordinator.group.reconciliation import reconcile
 from gregor.coordinator.group.subscriptions import (
     RegexSubscriptions,
     ResolvedRegex,
+    TopicCatalogue,
     resolved_from,
     subscribed_topic_ids,
     subscribed_topics,
@@ -165,26 +166,35 @@ def group_tombstones(group_id: str) -> list[Record]:
 
 
 class OnlineUpgrade(Protocol):
-    """A classic group with members becomes a consumer group (migration.Upgrade)."""
+    """A consumer-protocol member arrives at a classic group with members (migration.Upgrade)."""
 
     def problem(self, classic: ClassicGroup) -> str | None: ...
 
     def convert(self, classic: ClassicGroup, records: list[Record]) -> ConsumerGroup: ...
 
-    def complete(self, classic: ClassicGroup, group: ConsumerGroup) -> None: ...
+    def complete(self, consumer: ConsumerGroupManager, classic: ClassicGroup, group: ConsumerGroup) -> None: ...
+
+
+class OnlineDowngrade(Protocol):
+    """A member leaves or is fenced: the records that convert the group to a classic one instead,
+    or None (migration.Downgrade)."""
+
+    def __call__(self, consumer: ConsumerGroupManager, group: ConsumerGroup,
+                 leaving: ConsumerMember) -> list[Record] | None: ...
 
 
 class ConsumerGroupManager:
-    def __init__(self, ctx: ShardContext) -> None:
+    """``catalogue``: the topics regular expressions match (None: no topic matches);
+    ``upgrade`` and ``downgrade``: the online migrations (migration.py; None: a heartbeat that
+    would upgrade a classic group is refused, and no group is downgraded)."""
+
+    def __init__(self, ctx: ShardContext, catalogue: TopicCatalogue | None = None,
+                 upgrade: OnlineUpgrade | None = None, downgrade: OnlineDowngrade | None = None) -> None:
         self.ctx = ctx
-        # subscriptions by regular expression (the service gives it the topic catalogue)
-        self.regexes = RegexSubscriptions(ctx, self._refresh_regexes)
-        # a member leaves or is fenced: the records that convert the group instead, or None
-        # (the online downgrade, set by the shard: migration.py)
-        self.on_fence: Callable[[ConsumerGroup, ConsumerMember], list[Record] | None] | None = None
-        # a consumer-protocol member arrives at a classic group with members: the online upgrade
-        # (set by the shard: migration.Upgrade; None: such a heartbeat is refused)
-        self.upgrade: OnlineUpgrade | None = None
+        # subscriptions by regular expression
+        self.regexes = RegexSubscriptions(ctx, self._refresh_regexes, catalogue)
+        self.on_fence = downgrade
+        self.upgrade = upgrade
         # the classic group a heartbeat is upgrading, and the consumer group it becomes
         self._upgraded: tuple[ClassicGroup, ConsumerGroup] | None = None
 
@@ -359,7 +369,7 @@ class ConsumerGroupManager:
             group.reported[member_id] = dict(req.owned)
         self._report_slow_phase(group)
         if self._upgraded is not None and self.upgrade is not None:
-            self.upgrade.complete(*self._upgraded)
+            self.upgrade.complete(self, *self._upgraded)
             self._upgraded = None
         return CoordinatorResult(records, response)
 
@@ -621,7 +631,7 @@ class ConsumerGroupManager:
         """The member leaves or is fenced; the group may become a classic group instead (the
         online downgrade: its state is then applied in memory, the records are not replayed)."""
         if self.on_fence is not None:
-            converted = self.on_fence(group, member)
+            converted = self.on_fence(self, group, member)
             if converted is not None:
                 return CoordinatorResult(converted, response, False)
         return CoordinatorResult(self.removal(group, [member]), response)

@@ -106,13 +106,19 @@ class FollowedPartition:
 
 class FollowedGroups:
     """``coordinated_here()`` names the partitions whose shards this broker runs (not followed);
-    ``make_shard(partition)`` builds a read-only shard; ``on_members_changed()`` is called when a
-    followed group's membership changed (metrics attribution rebuilds its index)."""
+    ``led_here(partition)`` whether this broker leads it (a partition led here is not started to
+    be followed: its shard is loading or about to; one followed already stays followed until its
+    shard is loaded, so that attribution has no gap); ``make_shard(partition)`` builds a read-only
+    shard; ``on_members_changed()`` is called when a followed group's membership changed (metrics
+    attribution rebuilds its index). On one node every partition is led here and nothing is
+    followed."""
 
     def __init__(self, cluster: ClusterMetadata, logs: LogManager, partitions: Callable[[], int],
                  coordinated_here: Callable[[], set[int]], make_shard: Callable[[int], GroupCoordinatorShard],
-                 on_members_changed: Callable[[], None], interval_s: float = 0.5) -> None:
+                 on_members_changed: Callable[[], None], interval_s: float = 0.5,
+                 led_here: Callable[[int], bool] = lambda partition: False) -> None:
         self.cluster = cluster
+        self.led_here = led_here
         self.logs = logs
         self.partitions = partitions
         self.coordinated_here = coordinated_here
@@ -179,12 +185,12 @@ class FollowedGroups:
         """Bring every followed partition up to its high watermark once."""
         n = self.partitions()
         here = self.coordinated_here()
-        wanted = {p for p in range(n) if p not in here}
+        wanted = {p for p in range(n) if p not in here and (p in self.followed or not self.led_here(p))}
         for p in list(self.followed):
             if p not in wanted:
                 self.stop_following(p)
         for p in list(self.bridges):
-            if p not in wanted:
+            if p in here:
                 del self.bridges[p]  # coordinated here again
         remote: dict[int, list[FollowedPartition]] = {}
         changed = False

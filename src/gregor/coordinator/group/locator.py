@@ -14,7 +14,8 @@ to the broker log once per situation (``ReasonLog``), not once per request:
 - the partition is led here and its shard failed to load (the load error), or is loading
   (progress: the group is served once it ends; not an error).
 
-The functions here are pure: the service (service.py) feeds them the cluster's state.
+The functions here are pure; ``CoordinatorLocator`` feeds them the cluster's state and the
+service's shards, on one node as in a cluster (on one node every partition is led here).
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+from gregor.cluster.metadata import ClusterMetadata
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC
-from gregor.protocol.errors import ErrorCode
+from gregor.protocol.errors import ErrorCode, KafkaError
 
 REPEAT_S = 300.0  # a reason that persists is logged again this often
+RELOAD_BACKOFF_S = 5.0  # a shard that failed to load is loaded again this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +113,77 @@ class ReasonLog:
         """The situation of ``key`` is over (logs ``resolved`` if a reason had been logged)."""
         if self._last.pop(key, None) is not None and resolved:
             self._log.info("%s", resolved)
+
+
+class CoordinatorShards(Protocol):
+    """What the locator reads of the coordinator service."""
+
+    reasons: ReasonLog
+
+    def partition_for(self, group_id: str) -> int: ...
+
+    def shard_status(self, partition: int) -> tuple[str, str | None, str | None]: ...
+
+    def offsets_partitions(self) -> int: ...
+
+    def offsets_topic_config(self, key: str) -> Any: ...
+
+    def ensure_topic(self) -> None: ...
+
+
+class CoordinatorLocator:
+    """FindCoordinator's reasoning: which broker coordinates a group, or why none does.
+    ``offsets_replication_factor`` is the replication factor ``__consumer_offsets`` gets here (on
+    one node 1, whatever the configuration says)."""
+
+    def __init__(self, shards: CoordinatorShards, cluster: ClusterMetadata, config: Any,
+                 offsets_replication_factor: int) -> None:
+        self.shards = shards
+        self.cluster = cluster
+        self.config = config
+        self.offsets_replication_factor = offsets_replication_factor
+
+    def locate(self, group_id: str) -> CoordinatorLocation:
+        """The broker that coordinates ``group_id``, or why none does; the reasons go to the log
+        once per situation."""
+        reasons = self.shards.reasons
+        partitions = self.shards.offsets_partitions()
+        if partitions <= 0:
+            return self._offsets_topic_missing()
+        reasons.clear("offsets-topic", f"{OFFSETS_TOPIC} exists; groups can be coordinated")
+        partition = self.shards.partition_for(group_id)
+        lp = self.cluster.partition(OFFSETS_TOPIC, partition)
+        if lp.leader < 0:
+            live = [b.node_id for b in self.cluster.brokers()]
+            unclean = self.shards.offsets_topic_config("unclean.leader.election.enable")
+            if unclean is None:
+                unclean = self.config["unclean.leader.election.enable"]
+            reason = leaderless_reason(partition, lp.replicas, lp.isr, live, unclean in (True, "true"))
+            reasons.note(("leaderless", partition), reason)
+            return CoordinatorLocation(partition, -1, ErrorCode.coordinator_not_available, reason)
+        reasons.clear(("leaderless", partition), f"{OFFSETS_TOPIC}-{partition} is led by broker {lp.leader} "
+                      "again; its groups can be coordinated")
+        if lp.leader != self.cluster.node_id:
+            return CoordinatorLocation(partition, lp.leader, ErrorCode.none)
+        state, name, detail = self.shards.shard_status(partition)
+        if state == "failed":
+            reason = f"{name} failed to load here (retried every {RELOAD_BACKOFF_S:.0f} s): {detail}"
+            reasons.note(("failed", partition), reason)
+            return CoordinatorLocation(partition, -1, ErrorCode.coordinator_not_available, reason)
+        # loading: served once loaded (the note says how far it got); absent: elected a moment ago,
+        # the shard starts loading at once
+        return CoordinatorLocation(partition, lp.leader, ErrorCode.none, detail if state == "loading" else None)
+
+    def _offsets_topic_missing(self) -> CoordinatorLocation:
+        live = [b.node_id for b in self.cluster.brokers()]
+        reason = offsets_topic_short_of_brokers(self.offsets_replication_factor, live)
+        if reason is not None:
+            self.shards.reasons.note("offsets-topic", reason)
+            return CoordinatorLocation(-1, -1, ErrorCode.coordinator_not_available, reason)
+        try:
+            self.shards.ensure_topic()
+            reason = f"{OFFSETS_TOPIC} is being created"
+        except KafkaError as e:
+            reason = f"{OFFSETS_TOPIC} is being created: {e.message}"
+        self.shards.reasons.note("offsets-topic", reason, logging.INFO)
+        return CoordinatorLocation(-1, -1, ErrorCode.coordinator_not_available, reason)

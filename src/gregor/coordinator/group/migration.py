@@ -214,13 +214,12 @@ def complete_upgrade(ctx: ShardContext, consumer: ConsumerGroupManager, classic:
 
 
 class Upgrade:
-    """The online upgrade as the consumer-group manager uses it (set by the shard, as
+    """The online upgrade as the consumer-group manager uses it (given to it by the shard, as
     ``Downgrade``): why a classic group cannot be converted, the conversion, and its completion once
     the heartbeat that converts it is taken."""
 
-    def __init__(self, ctx: ShardContext, consumer: ConsumerGroupManager) -> None:
+    def __init__(self, ctx: ShardContext) -> None:
         self.ctx = ctx
-        self.consumer = consumer
 
     def problem(self, classic: ClassicGroup) -> str | None:
         return upgrade_problem(self.ctx, classic)
@@ -228,8 +227,8 @@ class Upgrade:
     def convert(self, classic: ClassicGroup, records: list[Record]) -> ConsumerGroup:
         return upgrade(self.ctx, classic, records)
 
-    def complete(self, classic: ClassicGroup, group: ConsumerGroup) -> None:
-        complete_upgrade(self.ctx, self.consumer, classic, group)
+    def complete(self, consumer: ConsumerGroupManager, classic: ClassicGroup, group: ConsumerGroup) -> None:
+        complete_upgrade(self.ctx, consumer, classic, group)
 
 
 # -- online downgrade: only classic members are left ---------------------------------------------
@@ -270,10 +269,11 @@ class Downgrade:
     now: ``holdings``; Kafka writes the target assignment, which a restart before the rebalance
     would hand out while previous owners still hold it) are not replayed."""
 
-    def __init__(self, ctx: ShardContext, classic: GroupManager, consumer: ConsumerGroupManager) -> None:
-        self.ctx, self.classic, self.consumer = ctx, classic, consumer
+    def __init__(self, ctx: ShardContext, classic: GroupManager) -> None:
+        self.ctx, self.classic = ctx, classic
 
-    def __call__(self, group: ConsumerGroup, leaving: ConsumerMember) -> list[Record] | None:
+    def __call__(self, consumer: ConsumerGroupManager, group: ConsumerGroup,
+                 leaving: ConsumerMember) -> list[Record] | None:
         gid = group.group_id
         if leaving.uses_classic_protocol or not group.all_classic_except(leaving.member_id) \
                 or len(group.members) <= 1:
@@ -286,11 +286,11 @@ class Downgrade:
         records = [r for m in group.members.values() for r in removal_records(gid, m.member_id)]
         log.info("[GroupId %s] Downgrading the consumer group to a classic group: member %s left and %d classic "
                  "members remain", gid, leaving.member_id, len(rest))
-        self._convert(group, rest, records, f"Downgrade group {gid} from consumer to classic.")
+        self._convert(consumer, group, rest, records, f"Downgrade group {gid} from consumer to classic.")
         return records
 
-    def replaced(self, group: ConsumerGroup, replaced: ConsumerMember, joining: ConsumerMember,
-                 resubscribed: bool, records: list[Record]) -> ClassicGroup | None:
+    def replaced(self, consumer: ConsumerGroupManager, group: ConsumerGroup, replaced: ConsumerMember,
+                 joining: ConsumerMember, resubscribed: bool, records: list[Record]) -> ClassicGroup | None:
         """A classic static member (``joining``, as its JoinGroup reconciled it) replaced
         ``replaced``; if that was the last consumer-protocol member, the group becomes a classic
         group (returned; None: it stays a consumer group). ``records`` already replace the member."""
@@ -316,10 +316,10 @@ class Downgrade:
         log.info("[GroupId %s] Downgrading the consumer group to a classic group: static member %s (instance id "
                  "%s) replaced the last consumer-protocol member %s", gid, joining.member_id, joining.instance_id,
                  replaced.member_id)
-        return self._convert(group, rest, records, reason)
+        return self._convert(consumer, group, rest, records, reason)
 
-    def _convert(self, group: ConsumerGroup, members: list[ConsumerMember], records: list[Record],
-                 rebalance: str | None) -> ClassicGroup:
+    def _convert(self, consumer: ConsumerGroupManager, group: ConsumerGroup, members: list[ConsumerMember],
+                 records: list[Record], rebalance: str | None) -> ClassicGroup:
         ctx, gid = self.ctx, group.group_id
         classic = ClassicGroup(gid, state=GroupState.STABLE, protocol_type=PROTOCOL_TYPE,
                                generation_id=group.group_epoch, state_timestamp_ms=ctx.clock())
@@ -331,9 +331,9 @@ class Downgrade:
         classic.protocol_name = classic.select_protocol()
         for m in members:
             classic.members[m.member_id].assignment = encode_assignment_for(m, holdings(m), names)
-        records += self.consumer.delete_group(gid)
+        records += consumer.delete_group(gid)
         records.append(group_record(classic))
-        self.consumer.forget(gid)
+        consumer.forget(gid)
         ctx.groups[gid] = classic
         for member in classic.members.values():
             self.classic.schedule_heartbeat(classic, member)

@@ -1,15 +1,18 @@
-"""The group coordinator service: owns one ShardRuntime per ``__consumer_offsets`` partition,
-routes each group to its shard (``partition_for``), and creates the topic at start-up.
+"""The group coordinator service: owns one ShardRuntime per ``__consumer_offsets`` partition that
+this broker leads, routes each group to its shard (``partition_for``), and runs the group APIs as
+named operations on it.
 
-Handlers call it by name (``join_group``, ``sync_group``, ``heartbeat``, ``leave_group``,
-``commit_offsets``, ``fetch_offsets``, ``delete_offsets``, ``describe_group``, ``list_groups``,
-``delete_group``, ``coordinator_status``) with the types of ``group/api.py``; metrics and
-telemetry read it through the read-only views (``group_summaries``, ``committed_offsets``, ...).
+It works the same on one node and in a cluster: shards load when the replication seam says this
+broker gained leadership of their partition and unload when it lost it (``on_leadership``; on one
+node every partition is led here from the start), their records are appended through the seam
+(the runtime's partition writer) and answered when the high watermark covers them
+(``on_high_watermark``). Finding a group's coordinator is ``locator.CoordinatorLocator``'s; what
+metrics and telemetry read is ``views.GroupViews``'s (``self.views``); the partitions of other
+brokers are followed read-only by ``followed_groups.FollowedGroups`` (nothing, on one node).
 
-On a single node every partition is led here, so every group has a coordinator: a group can
-never hash to a partition "whose leader is gone". A shard that fails to load is retried with
-back-off and reported (FindCoordinator says which partition and why) instead of leaving its
-groups looping on COORDINATOR_NOT_AVAILABLE without explanation.
+A shard that fails to load is retried with back-off and reported (FindCoordinator says which
+partition and why) instead of leaving its groups looping on COORDINATOR_NOT_AVAILABLE without
+explanation.
 """
 
 from __future__ import annotations
@@ -19,29 +22,25 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from gregor.assignment.steering import Steering
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.coordinator.group.api import (
     CommitRequest,
     CommitResult,
-    CommittedOffset,
     ConsumerGroupView,
     ConsumerHeartbeatRequest,
     ConsumerHeartbeatResult,
     DeleteGroupsResult,
     GroupDescription,
-    GroupPhase,
-    GroupSummary,
     HeartbeatRequest,
     JoinRequest,
     JoinResult,
     LeaveRequest,
     LeaveResult,
     ListGroupsResult,
-    MemberView,
     OffsetDeleteResult,
     OffsetFetchResult,
     SyncRequest,
@@ -51,27 +50,38 @@ from gregor.coordinator.group.api import (
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.followed_groups import FollowedGroups, NoTimer
 from gregor.coordinator.group.locator import (
+    RELOAD_BACKOFF_S,
     CoordinatorLocation,
+    CoordinatorLocator,
     ReasonLog,
-    leaderless_reason,
     load_progress_note,
-    offsets_topic_short_of_brokers,
 )
-from gregor.coordinator.group.model import GroupState
-from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
+from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard, ShardCollaborators
 from gregor.coordinator.group.subscriptions import TopicCatalogue
+from gregor.coordinator.group.views import GroupViews
+from gregor.coordinator.runtime.partition_writer import HighWatermarkListener, PartitionWriter
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.coordinator.runtime.timer import Timer
 from gregor.log.log_manager import LogManager
+from gregor.log.partition_log import now_ms
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, partition_for
-from gregor.protocol.consumer_protocol import encode_assignment
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.coordinator")
 
-RELOAD_BACKOFF_S = 5.0
+
+class CoordinatorReplicas(PartitionWriter, Protocol):
+    """What the coordinator needs of the replication seam: the partition writer, leadership
+    events, whether a partition is led here, and the min.insync.replicas check of its writes."""
+
+    on_leadership: list[Callable[[str, int, int, bool], None]]
+    on_high_watermark: list[HighWatermarkListener]
+
+    def leads(self, topic: str, partition: int) -> bool: ...
+
+    def check_min_isr(self, topic: str, partition: int) -> None: ...
 
 
 @functools.lru_cache(maxsize=65536)
@@ -103,18 +113,25 @@ def group_config(config: Any) -> GroupConfig:
 
 class GroupCoordinatorService:
     """``create_topic(name, partitions, configs, internal=True)`` creates ``__consumer_offsets``
-    the way the admin API creates topics."""
+    the way the admin API creates topics; ``replicas`` is the replication seam (leadership events,
+    appends, high watermarks); ``create_topic_at_start`` creates the topic when the service starts
+    (one node: groups are served from the first request) rather than on the first lookup (a
+    cluster, as Kafka: the brokers must have joined first); ``offsets_replication_factor`` is the
+    replication factor the topic gets here (for FindCoordinator's reasons)."""
 
-    def __init__(self, config: Any, topics: TopicRegistry, logs: LogManager,
-                 create_topic: Callable[..., Any], cluster: ClusterMetadata | None = None,
-                 group_settings: Callable[[str], dict[str, Any]] | None = None) -> None:
+    def __init__(self, config: Any, topics: TopicRegistry, logs: LogManager, create_topic: Callable[..., Any],
+                 cluster: ClusterMetadata, replicas: CoordinatorReplicas,
+                 group_settings: Callable[[str], dict[str, Any]] | None = None,
+                 create_topic_at_start: bool = False, offsets_replication_factor: int = 1) -> None:
         self.broker_config = config
         self.group_settings = group_settings if group_settings is not None else (lambda group_id: {})
-        self.cluster = cluster if cluster is not None else ClusterMetadata(config["node.id"])
+        self.cluster = cluster
+        self.replicas = replicas
         self.reasons = ReasonLog(log)
         self.topics = topics
         self.logs = logs
         self.create_topic = create_topic
+        self.create_topic_at_start = create_topic_at_start
         self.config = group_config(config)
         self.runtimes: dict[int, ShardRuntime[GroupCoordinatorShard]] = {}
         self.num_partitions = config["offsets.topic.num.partitions"]
@@ -122,10 +139,14 @@ class GroupCoordinatorService:
         self._membership_version = 0
         # the topics that consumer groups' regular expressions match (one view for every shard)
         self.topic_catalogue = TopicCatalogue(lambda: self.topics.by_name.keys())
-        # in a cluster: shards follow leadership of their partitions (attach_replication)
-        self._append_internal: Callable[[str, int, bytes], int] | None = None
-        # in a cluster: every other partition's groups, followed read-only (metrics attribution)
-        self.followed: FollowedGroups | None = None
+        # the partitions led by other brokers, followed read-only (metrics attribution)
+        self.followed = FollowedGroups(cluster, logs, self.offsets_partitions, self._loaded_here,
+                                       self._make_followed_shard, self._bump_membership,
+                                       led_here=lambda p: replicas.leads(OFFSETS_TOPIC, p))
+        self.locator = CoordinatorLocator(self, cluster, config, offsets_replication_factor)
+        self.views = GroupViews(self, replicas.leads)
+        replicas.on_leadership.append(self.on_leadership)
+        replicas.on_high_watermark.append(self.on_high_watermark)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def ensure_topic(self) -> None:
@@ -145,39 +166,37 @@ class GroupCoordinatorService:
         self.num_partitions = topic.partitions
 
     async def start(self) -> None:
-        if self._append_internal is None:  # one node: coordinator of every partition
+        if self.create_topic_at_start:
             self.ensure_topic()
-            for p in range(self.num_partitions):
-                self.load(p)
-        if self.followed is not None:
-            self.followed.start()
+        self.followed.start()
         self._watchdog = asyncio.get_running_loop().create_task(self._reload_failed())
-
-    def attach_replication(self, append_internal: Callable[[str, int, bytes], int]) -> None:
-        """In a cluster: a shard is loaded when this broker becomes leader of its partition and
-        unloaded when it stops being leader (``on_leadership``); its writes are appended by the
-        leader (``append_internal``) and answered when the high watermark covers them
-        (``on_high_watermark``)."""
-        self._append_internal = append_internal
-        self.followed = FollowedGroups(self.cluster, self.logs, self._offsets_partitions, self._loaded_here,
-                                       self._make_followed_shard, self._bump_membership)
 
     def _loaded_here(self) -> set[int]:
         return {p for p, rt in self.runtimes.items() if rt.state is ShardState.ACTIVE}
 
-    def _offsets_partitions(self) -> int:
+    def offsets_partitions(self) -> int:
+        """The partition count of ``__consumer_offsets`` (0 while it does not exist)."""
         topic = self.topics.get(OFFSETS_TOPIC)
         return topic.partitions if topic is not None else 0
 
+    def offsets_topic_config(self, key: str) -> Any:
+        topic = self.topics.get(OFFSETS_TOPIC)
+        return topic.configs.get(key) if topic is not None else None
+
     def on_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool) -> None:
+        """The seam tells of a real gain or loss of leadership (never of a new epoch alone)."""
         if topic != OFFSETS_TOPIC:
             return
         t = self.topics.get(OFFSETS_TOPIC)
         if t is not None:
             self.num_partitions = t.partitions
-        self.unload(partition)
-        if is_leader:  # followed until its shard is loaded here (followed_groups.py)
-            self.load(partition)
+        if not is_leader:
+            self.unload(partition)
+            return
+        runtime = self.runtimes.get(partition)
+        if runtime is not None and runtime.state is not ShardState.CLOSED:
+            return  # loaded or loading already
+        self.load(partition)  # followed until its shard is loaded here (followed_groups.py)
 
     def on_high_watermark(self, topic: str, partition: int, offset: int) -> None:
         if topic == OFFSETS_TOPIC:
@@ -186,20 +205,13 @@ class GroupCoordinatorService:
                 runtime.on_high_watermark(offset)
 
     def load(self, partition: int) -> ShardRuntime[GroupCoordinatorShard]:
-        """Become coordinator of one partition (on one node: of all of them)."""
+        """Become coordinator of one partition."""
         plog = self.logs.get(OFFSETS_TOPIC, partition)
         assert plog is not None
-        notify = self.logs.notifier.notify
-        append_internal = self._append_internal
-        # offsets.commit.required.acks=1: a write is answered once the leader has it
-        leader_only = append_internal is not None and self.broker_config["offsets.commit.required.acks"] == 1
-        runtime = ShardRuntime(partition, plog, self._make_shard, RECORD_SERDE,
-                               committed_offset=(lambda: plog.log_end_offset) if leader_only else None,
+        runtime = ShardRuntime(partition, plog, self._make_shard, RECORD_SERDE, self.replicas,
                                codec=self.broker_config["offsets.topic.compression.codec"],
-                               on_append=lambda: notify((OFFSETS_TOPIC, partition)),
                                label="offsets and group metadata",
-                               append=(None if append_internal is None
-                                       else lambda batch: append_internal(OFFSETS_TOPIC, partition, batch)))
+                               required_acks=self.broker_config["offsets.commit.required.acks"])
         self.runtimes[partition] = runtime
         runtime.start_loading()
         return runtime
@@ -207,27 +219,24 @@ class GroupCoordinatorService:
     def unload(self, partition: int) -> None:
         runtime = self.runtimes.pop(partition, None)
         if runtime is not None:
-            if self.followed is not None and runtime.state is ShardState.ACTIVE and runtime.shard is not None:
+            if runtime.state is ShardState.ACTIVE and runtime.shard is not None:
                 # fetches keep being attributed while the partition is followed from its replica
-                self.followed.bridge(partition, list(_members_of(runtime.shard)), runtime.plog.log_end_offset)
+                self.followed.bridge(partition, list(runtime.shard.member_views()), runtime.plog.log_end_offset)
             runtime.unload()
             self._bump_membership()
 
-    def _make_shard(self, partition: int, timer: Timer) -> GroupCoordinatorShard:
-        from gregor.log.partition_log import now_ms
+    def _collaborators(self) -> ShardCollaborators:
+        return ShardCollaborators(topic_exists=self._topic_exists, topic_metadata=self._topic_metadata,
+                                  group_settings=self.group_settings, catalogue=self.topic_catalogue,
+                                  on_membership_change=self._bump_membership)
 
-        shard = GroupCoordinatorShard(partition, self.config, now_ms, timer, topic_exists=self._topic_exists,
-                                      topic_metadata=self._topic_metadata)
-        shard.ctx.group_settings = self.group_settings
-        shard.consumer_mgr.regexes.catalogue = self.topic_catalogue
-        shard.ctx.on_membership_change = self._bump_membership
-        return shard
+    def _make_shard(self, partition: int, timer: Timer) -> GroupCoordinatorShard:
+        return GroupCoordinatorShard(partition, self.config, now_ms, timer, self._collaborators())
 
     def _make_followed_shard(self, partition: int) -> GroupCoordinatorShard:
-        from gregor.log.partition_log import now_ms
-
-        return GroupCoordinatorShard(partition, self.config, now_ms, NoTimer(), topic_exists=self._topic_exists,
-                                     topic_metadata=self._topic_metadata)
+        return GroupCoordinatorShard(partition, self.config, now_ms, NoTimer(),
+                                     ShardCollaborators(topic_exists=self._topic_exists,
+                                                        topic_metadata=self._topic_metadata))
 
     def _bump_membership(self) -> None:
         self._membership_version += 1
@@ -252,8 +261,7 @@ class GroupCoordinatorService:
                     rt.reload()
 
     async def stop(self) -> None:
-        if self.followed is not None:
-            await self.followed.stop()
+        await self.followed.stop()
         if self._watchdog is not None:
             self._watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -261,9 +269,39 @@ class GroupCoordinatorService:
         for p in list(self.runtimes):
             self.unload(p)
 
+    # -- the shards, as the locator and the views see them ---------------------------------------
+    def active_shards(self) -> list[GroupCoordinatorShard]:
+        return [rt.shard for rt in self.runtimes.values() if rt.state is ShardState.ACTIVE and rt.shard]
+
+    def active_shard(self, partition: int) -> GroupCoordinatorShard | None:
+        rt = self.runtimes.get(partition)
+        return rt.shard if rt is not None and rt.state is ShardState.ACTIVE else None
+
+    def shard_status(self, partition: int) -> tuple[str, str | None, str | None]:
+        """(state: absent, loading, active, failed or closed; the shard's name; the load error or
+        the load progress)."""
+        rt = self.runtimes.get(partition)
+        if rt is None:
+            return "absent", None, None
+        if rt.state is ShardState.FAILED:
+            return "failed", rt.name, rt.load_error
+        if rt.state is ShardState.LOADING:
+            return "loading", rt.name, load_progress_note(rt.name, *rt.load_progress)
+        return rt.state.value, rt.name, None
+
+    def load_seconds(self) -> dict[int, float]:
+        return {p: rt.load_stats[1] for p, rt in sorted(self.runtimes.items())}
+
+    def membership_version(self) -> int:
+        return self._membership_version
+
     # -- routing -----------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
         return _cached_partition_for(group_id, self.num_partitions)
+
+    def locate(self, group_id: str) -> CoordinatorLocation:
+        """FindCoordinator's answer for a group (locator.py)."""
+        return self.locator.locate(group_id)
 
     def _runtime_for(self, group_id: str) -> ShardRuntime[GroupCoordinatorShard]:
         partition = self.partition_for(group_id)
@@ -274,8 +312,6 @@ class GroupCoordinatorService:
 
     def _not_here(self, partition: int) -> str:
         name = f"{OFFSETS_TOPIC}-{partition}"
-        if not self.cluster.clustered:
-            return f"{name} is not loaded here"
         leader = self.cluster.partition(OFFSETS_TOPIC, partition).leader
         if leader == self.cluster.node_id:
             return f"{name} is led here and its shard is about to be loaded"
@@ -294,17 +330,15 @@ class GroupCoordinatorService:
         """offsets.commit.required.acks=-1 (Kafka's acks=all for the coordinator's writes): refuse a
         write before it runs when the partition's ISR is smaller than min.insync.replicas, as Kafka
         does (NOT_ENOUGH_REPLICAS, which the group APIs answer as COORDINATOR_NOT_AVAILABLE)."""
-        if not self.cluster.clustered or self.broker_config["offsets.commit.required.acks"] != -1:
+        if self.broker_config["offsets.commit.required.acks"] != -1:
             return
-        topic = self.topics.get(OFFSETS_TOPIC)
-        need = int((topic.configs.get("min.insync.replicas") if topic is not None else None)
-                   or self.broker_config["min.insync.replicas"])
-        isr = self.cluster.partition(OFFSETS_TOPIC, partition).isr
-        if len(isr) < need:
+        try:
+            self.replicas.check_min_isr(OFFSETS_TOPIC, partition)
+        except KafkaError as e:
+            if e.code != ErrorCode.not_enough_replicas:
+                return  # leadership moved: the shard answers NOT_COORDINATOR itself
             raise self._unavailable(partition, KafkaError(
-                ErrorCode.coordinator_not_available,
-                f"{OFFSETS_TOPIC}-{partition}: ISR [{', '.join(map(str, isr))}] is smaller than "
-                f"min.insync.replicas={need}; writes wait for a replica to catch up"))
+                ErrorCode.coordinator_not_available, f"{e.message}; writes wait for a replica to catch up")) from None
 
     async def _write(self, group_id: str, op: Callable[[GroupCoordinatorShard], CoordinatorResult[Any]],
                      timeout: bool = False) -> Any:
@@ -340,77 +374,10 @@ class GroupCoordinatorService:
                 raise self._unavailable(runtime.partition, e) from None
             raise
 
-    def _active_shards(self) -> list[GroupCoordinatorShard]:
-        return [rt.shard for rt in self.runtimes.values() if rt.state is ShardState.ACTIVE and rt.shard]
-
     # -- the group APIs, by name ---------------------------------------------------------------
     # Each raises KafkaError when the group's coordinator cannot answer here (NOT_COORDINATOR,
     # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE); the handlers turn it into the
     # API's error code. Writes are answered once their records are committed.
-    def coordinator_status(self, group_id: str) -> tuple[ErrorCode, str | None]:
-        """For FindCoordinator: can this broker coordinate the group right now? A loading
-        partition counts as coordinated here (its requests answer COORDINATOR_LOAD_IN_PROGRESS)."""
-        try:
-            self._runtime_for(group_id).check_available()
-        except KafkaError as e:
-            if e.code == ErrorCode.coordinator_load_in_progress:
-                return ErrorCode.none, None
-            return e.code, e.message
-        return ErrorCode.none, None
-
-    def locate(self, group_id: str) -> CoordinatorLocation:
-        """FindCoordinator's answer for a group: the broker that coordinates it, or why none does
-        (coordinator/group/locator.py); the reasons go to the log once per situation."""
-        if not self.cluster.clustered:
-            code, message = self.coordinator_status(group_id)
-            return CoordinatorLocation(self.partition_for(group_id), -1 if code else self.cluster.node_id,
-                                       code, message)
-        topic = self.topics.get(OFFSETS_TOPIC)
-        if topic is None:
-            return self._offsets_topic_missing()
-        self.reasons.clear("offsets-topic", f"{OFFSETS_TOPIC} exists; groups can be coordinated")
-        self.num_partitions = topic.partitions
-        partition = self.partition_for(group_id)
-        lp = self.cluster.partition(OFFSETS_TOPIC, partition)
-        if lp.leader < 0:
-            live = [b.node_id for b in self.cluster.brokers()]
-            unclean = topic.configs.get("unclean.leader.election.enable")
-            if unclean is None:
-                unclean = self.broker_config["unclean.leader.election.enable"]
-            reason = leaderless_reason(partition, lp.replicas, lp.isr, live, unclean in (True, "true"))
-            self.reasons.note(("leaderless", partition), reason)
-            return CoordinatorLocation(partition, -1, ErrorCode.coordinator_not_available, reason)
-        self.reasons.clear(("leaderless", partition), f"{OFFSETS_TOPIC}-{partition} is led by broker {lp.leader} "
-                           "again; its groups can be coordinated")
-        if lp.leader != self.cluster.node_id:
-            return CoordinatorLocation(partition, lp.leader, ErrorCode.none)
-        runtime = self.runtimes.get(partition)
-        if runtime is None:  # elected here a moment ago: the shard starts loading at once
-            return CoordinatorLocation(partition, lp.leader, ErrorCode.none)
-        if runtime.state is ShardState.FAILED:
-            reason = (f"{runtime.name} failed to load here (retried every {RELOAD_BACKOFF_S:.0f} s): "
-                      f"{runtime.load_error}")
-            self.reasons.note(("failed", partition), reason)
-            return CoordinatorLocation(partition, -1, ErrorCode.coordinator_not_available, reason)
-        note = (load_progress_note(runtime.name, *runtime.load_progress)
-                if runtime.state is ShardState.LOADING else None)
-        return CoordinatorLocation(partition, lp.leader, ErrorCode.none, note)
-
-    def _offsets_topic_missing(self) -> CoordinatorLocation:
-        rf = self.broker_config["offsets.topic.replication.factor"]
-        live = [b.node_id for b in self.cluster.brokers()]
-        reason = offsets_topic_short_of_brokers(rf, live)
-        if reason is not None:
-            self.reasons.note("offsets-topic", reason)
-            return CoordinatorLocation(-1, -1, ErrorCode.coordinator_not_available, reason)
-        try:
-            self.ensure_topic()
-            reason = f"{OFFSETS_TOPIC} is being created"
-        except KafkaError as e:
-            reason = f"{OFFSETS_TOPIC} is being created: {e.message}"
-        self.reasons.note("offsets-topic", reason, logging.INFO)
-        return CoordinatorLocation(-1, -1, ErrorCode.coordinator_not_available, reason)
-
     async def join_group(self, req: JoinRequest) -> JoinResult:
         """JoinGroup: answered when the rebalance completes (or at once with an error)."""
         result: JoinResult = await self._write(req.group_id, lambda shard: shard.join_group(req))
@@ -477,7 +444,7 @@ class GroupCoordinatorService:
         """ListGroups over every loaded partition; ``states``: lower-case state names to keep.
         While a partition loads the error is COORDINATOR_LOAD_IN_PROGRESS (the list may lack its
         groups)."""
-        groups = [g for shard in self._active_shards() for g in shard.list_groups(states)]
+        groups = [g for shard in self.active_shards() for g in shard.list_groups(states)]
         loading = any(rt.state is ShardState.LOADING for rt in self.runtimes.values())
         return ListGroupsResult(ErrorCode.coordinator_load_in_progress if loading else ErrorCode.none,
                                 sorted(groups, key=lambda g: g.group_id))
@@ -486,90 +453,6 @@ class GroupCoordinatorService:
         """DeleteGroups, one group: NONE, NON_EMPTY_GROUP or GROUP_ID_NOT_FOUND."""
         errors: DeleteGroupsResult = await self._write(group_id, functools.partial(_delete_group, group_id))
         return errors[group_id]
-
-    # -- read-only views (metrics, telemetry) -------------------------------------------------
-    # In a cluster the views also read the followed partitions (followed_groups.py): every broker
-    # knows every group's members and committed offsets, so it can attribute the fetches it serves
-    # and report the lag of the partitions it leads. A group's state is reported by its
-    # coordinator only (``include_followed`` for the telemetry rows' state column).
-    def _member_shards(self) -> list[GroupCoordinatorShard]:
-        shards = self._active_shards()
-        if self.followed is not None:
-            shards.extend(self.followed.shards())
-        return shards
-
-    def group_summaries(self, include_followed: bool = False) -> Iterator[GroupSummary]:
-        shards = self._member_shards() if include_followed else self._active_shards()
-        for shard in shards:
-            for group_id, g in sorted(shard.groups.items()):
-                yield GroupSummary(group_id, g.state.value, len(g.members), g.generation_id, g.rebalances,
-                                   g.last_rebalance_ms)
-            for group_id, c in sorted(shard.consumer_groups.items()):
-                yield GroupSummary(group_id, c.state.value, len(c.members), c.group_epoch, c.rebalances, -1)
-
-    def group_phase(self, group_id: str) -> GroupPhase | None:
-        """The consumer-protocol group's phase, if this broker coordinates it (None otherwise)."""
-        try:
-            group = self._read(group_id, lambda shard: shard.consumer_groups.get(group_id))
-        except KafkaError:
-            return None
-        if group is None:
-            return None
-        phase, holders = group.phase()
-        return GroupPhase(group_id, phase, group.state_since_ms,
-                          [(mid, group.members[mid].client_id, why, since) for mid, why, since in holders])
-
-    def group_phases(self) -> Iterator[GroupPhase]:
-        """The phase of every consumer-protocol group coordinated here."""
-        for shard in self._active_shards():
-            for group_id, c in sorted(shard.consumer_groups.items()):
-                phase, holders = c.phase()
-                yield GroupPhase(group_id, phase, c.state_since_ms,
-                                 [(mid, c.members[mid].client_id, why, since) for mid, why, since in holders])
-
-    def committed_offsets(self) -> Iterator[CommittedOffset]:
-        """Every group's committed offsets of the partitions led here (on one node: all)."""
-        clustered = self.cluster.clustered
-        me = self.cluster.node_id
-        led: dict[tuple[str, int], bool] = {}
-        for shard in self._member_shards():
-            for group_id, offsets in sorted(shard.offsets_mgr.offsets.items()):
-                for (topic, partition), v in sorted(offsets.items()):
-                    if clustered:
-                        here = led.get((topic, partition))
-                        if here is None:
-                            here = led[(topic, partition)] = self.cluster.partition(topic, partition).leader == me
-                        if not here:
-                            continue
-                    yield CommittedOffset(group_id, topic, partition, v.offset, v.commit_timestamp)
-
-    def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
-        p = self.partition_for(group_id)
-        runtime = self.runtimes.get(p)
-        shard = (runtime.shard if runtime is not None and runtime.state is ShardState.ACTIVE
-                 else self.followed.shard(p) if self.followed is not None else None)
-        if shard is None:
-            return None
-        v = shard.offsets_mgr.offsets.get(group_id, {}).get((topic, partition))
-        return v.offset if v is not None else None
-
-    def consumer_members(self) -> Iterator[MemberView]:
-        """Members of consumer groups that are neither Empty nor Dead (in a cluster: of every group,
-        and of a partition this broker just stopped coordinating, its last view until it is
-        followed again)."""
-        for shard in self._member_shards():
-            yield from _members_of(shard)
-        if self.followed is not None:
-            yield from self.followed.bridged_members()
-
-    def load_seconds(self) -> dict[int, float]:
-        """How long the last load of each partition took."""
-        return {p: rt.load_stats[1] for p, rt in sorted(self.runtimes.items())}
-
-    def membership_version(self) -> int:
-        """Changes whenever any group's members or assignments change, or a shard is loaded or
-        unloaded (metrics attribution caches on it)."""
-        return self._membership_version
 
     def on_topic_deleted(self, topic: str) -> None:
         """Remove committed offsets of a deleted topic (Kafka: handleDeletedPartitions)."""
@@ -583,22 +466,6 @@ class GroupCoordinatorService:
             else:
                 removed += count
         log.info("Removed %d offsets associated with deleted topic %s", removed, topic)
-
-
-def _members_of(shard: GroupCoordinatorShard) -> Iterator[MemberView]:
-    """The members of a shard's groups with what each is assigned (classic groups: the leader's
-    assignment; consumer-protocol groups: what each member holds), for fetch attribution."""
-    for group in shard.groups.values():
-        if group.protocol_type != "consumer" or group.is_in(GroupState.DEAD, GroupState.EMPTY):
-            continue
-        for m in group.members.values():
-            yield MemberView(group.group_id, m.client_id, m.client_host.lstrip("/"), m.assignment)
-    for cg in shard.consumer_groups.values():
-        names = {tid: name for name, (tid, _n) in cg.subscription_metadata.items()}
-        for cm in cg.members.values():
-            held = [(names[t], sorted(ps)) for t, ps in cm.assigned.items() if t in names]
-            if held:
-                yield MemberView(cg.group_id, cm.client_id, cm.client_host.lstrip("/"), encode_assignment(held))
 
 
 def _log_removed(topic: str, shard: str, done: Deferred[int]) -> None:

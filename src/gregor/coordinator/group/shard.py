@@ -15,23 +15,28 @@ builds the group from it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gregor.coordinator.group.api import (
     CommitRequest,
     CommitResult,
+    CommittedOffset,
     ConsumerGroupView,
     ConsumerHeartbeatRequest,
     ConsumerHeartbeatResult,
     DeleteGroupsResult,
     GroupDescription,
+    GroupPhase,
+    GroupSummary,
     HeartbeatRequest,
     JoinRequest,
     JoinResult,
     LeaveRequest,
     LeaveResult,
     ListedGroup,
+    MemberView,
     OffsetDeleteResult,
     OffsetFetchResult,
     SyncRequest,
@@ -39,13 +44,14 @@ from gregor.coordinator.group.api import (
     TopicPartition,
 )
 from gregor.coordinator.group.classic_members import ClassicMembers
-from gregor.coordinator.group.consumer_group import ConsumerGroup
+from gregor.coordinator.group.consumer_group import ConsumerGroup, TopicId
 from gregor.coordinator.group.consumer_group_manager import CONSUMER_GROUP_KEYS, ConsumerGroupManager
 from gregor.coordinator.group.context import GroupConfig, ShardContext
 from gregor.coordinator.group.group_manager import GroupManager
 from gregor.coordinator.group.migration import Downgrade, Upgrade, empty_consumer_group_tombstones
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.group.offset_manager import OffsetManager
+from gregor.coordinator.group.subscriptions import TopicCatalogue
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.coordinator.runtime.shard import Completion, RecordSerde
 from gregor.coordinator.runtime.timer import Timer
@@ -59,6 +65,7 @@ from gregor.protocol.consumer_offsets import (
     encode_key,
     encode_value,
 )
+from gregor.protocol.consumer_protocol import encode_assignment
 from gregor.protocol.errors import ErrorCode
 
 log = logging.getLogger("gregor.coordinator")
@@ -68,22 +75,32 @@ EXPIRY_TIMER = "offsets-expiration"
 RECORD_SERDE = RecordSerde(encode_key, encode_value, decode_key, decode_value, RecordFormatError)
 
 
+@dataclass(frozen=True)
+class ShardCollaborators:
+    """What a shard is built with besides its configuration, clock and timer: the topics it may
+    commit to and subscribe to, the groups' own settings (group configs, steering), the topics
+    consumer groups' regular expressions match, and who hears of membership changes (metrics
+    attribution)."""
+
+    topic_exists: Callable[[str, int], bool] = lambda topic, partition: True
+    topic_metadata: Callable[[str], tuple[TopicId, int] | None] = lambda name: None
+    group_settings: Callable[[str], dict[str, Any]] = lambda group_id: {}
+    catalogue: TopicCatalogue | None = None
+    on_membership_change: Callable[[], object] | None = None
+
+
 class GroupCoordinatorShard:
     def __init__(self, partition: int, config: GroupConfig, clock: Any, timer: Timer,
-                 topic_exists: Any = None, topic_metadata: Any = None) -> None:
-        self.ctx = ShardContext(partition, config, clock, timer)
-        if topic_exists is not None:
-            self.ctx.topic_exists = topic_exists
-        if topic_metadata is not None:
-            self.ctx.topic_metadata = topic_metadata
+                 collaborators: ShardCollaborators | None = None) -> None:
+        c = collaborators if collaborators is not None else ShardCollaborators()
+        self.ctx = ShardContext(partition, config, clock, timer, topic_exists=c.topic_exists,
+                                topic_metadata=c.topic_metadata, group_settings=c.group_settings,
+                                on_membership_change=c.on_membership_change)
         self.groups_mgr = GroupManager(self.ctx)
         self.offsets_mgr = OffsetManager(self.ctx)
-        self.consumer_mgr = ConsumerGroupManager(self.ctx)
-        self.classic_members = ClassicMembers(self.ctx, self.consumer_mgr)
-        downgrade = Downgrade(self.ctx, self.groups_mgr, self.consumer_mgr)
-        self.consumer_mgr.on_fence = downgrade
-        self.classic_members.downgrade = downgrade
-        self.consumer_mgr.upgrade = Upgrade(self.ctx, self.consumer_mgr)
+        downgrade = Downgrade(self.ctx, self.groups_mgr)
+        self.consumer_mgr = ConsumerGroupManager(self.ctx, c.catalogue, Upgrade(self.ctx), downgrade)
+        self.classic_members = ClassicMembers(self.ctx, self.consumer_mgr, downgrade)
 
     @property
     def partition(self) -> int:
@@ -227,6 +244,59 @@ class GroupCoordinatorShard:
                 continue
             out.append(ListedGroup(c.group_id, "consumer", c.state.value, "consumer"))
         return out
+
+    # -- read-only views (metrics, telemetry, fetch attribution) --------------------------------
+    def summaries(self) -> Iterator[GroupSummary]:
+        """Every group's state, classic groups first, each by id."""
+        for group_id, g in sorted(self.groups.items()):
+            yield GroupSummary(group_id, g.state.value, len(g.members), g.generation_id, g.rebalances,
+                               g.last_rebalance_ms)
+        for group_id, c in sorted(self.consumer_groups.items()):
+            yield GroupSummary(group_id, c.state.value, len(c.members), c.group_epoch, c.rebalances, -1)
+
+    def phase_of(self, group_id: str) -> GroupPhase | None:
+        """A consumer-protocol group's phase and who holds it up (None: no such group here)."""
+        c = self.consumer_groups.get(group_id)
+        if c is None:
+            return None
+        phase, holders = c.phase()
+        return GroupPhase(group_id, phase, c.state_since_ms,
+                          [(mid, c.members[mid].client_id, why, since) for mid, why, since in holders])
+
+    def phases(self) -> Iterator[GroupPhase]:
+        for group_id in sorted(self.consumer_groups):
+            phase = self.phase_of(group_id)
+            if phase is not None:
+                yield phase
+
+    def committed(self) -> Iterator[CommittedOffset]:
+        """Every committed offset, by group, topic and partition."""
+        for group_id, offsets in sorted(self.offsets_mgr.offsets.items()):
+            for (topic, partition), v in sorted(offsets.items()):
+                yield CommittedOffset(group_id, topic, partition, v.offset, v.commit_timestamp)
+
+    def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        v = self.offsets_mgr.offsets.get(group_id, {}).get((topic, partition))
+        return v.offset if v is not None else None
+
+    def member_views(self) -> Iterator[MemberView]:
+        """The members of the groups that have members, with what each is assigned (classic
+        groups: the leader's assignment; consumer-protocol groups: what each member holds), for
+        fetch attribution."""
+        for group in self.groups.values():
+            if group.protocol_type != "consumer" or group.is_in(GroupState.DEAD, GroupState.EMPTY):
+                continue
+            for m in group.members.values():
+                yield MemberView(group.group_id, m.client_id, m.client_host.lstrip("/"), m.assignment)
+        for cg in self.consumer_groups.values():
+            names = {tid: name for name, (tid, _n) in cg.subscription_metadata.items()}
+            for cm in cg.members.values():
+                held = [(names[t], sorted(ps)) for t, ps in cm.assigned.items() if t in names]
+                if held:
+                    yield MemberView(cg.group_id, cm.client_id, cm.client_host.lstrip("/"), encode_assignment(held))
+
+    def group_count(self) -> int:
+        return len(self.groups) + len(self.consumer_groups)
 
     # -- replay ------------------------------------------------------------------------------
     def replay(self, key: Any, value: Any) -> None:

@@ -14,13 +14,14 @@ consumer-protocol groups and share groups plug in the same way, without changes 
   committed offset reaches the offset it ends at; releasing it runs the completions the
   operation deferred (shard.take_completions) and answers it. An operation that wrote nothing
   is answered once the writes before it are released.
-- **The committed offset** is the partition's high watermark (``committed_offset``, by default
-  ``plog.high_watermark``). On one node that is the log end offset, so a write is committed by its
-  own append and answered within ``execute``, without entering the queue: the response comes
-  back as it is, with no Deferred and no task switch. When appends wait for replication, only
-  where the committed offset comes from changes: it lags the append, the partition reports each
-  new high watermark to
-  ``on_high_watermark``, and ``execute`` hands back a Deferred meanwhile.
+- **The committed offset** is the partition's high watermark (its log end offset with
+  ``required_acks=1``, Kafka's offsets.commit.required.acks). Records are appended through the
+  partition writer (runtime/partition_writer.py: the replication seam in the broker), the same on
+  one node and in a cluster. On one node an append moves the high watermark itself, so a write is
+  committed by its own append and answered within ``execute``, without entering the queue: the
+  response comes back as it is, with no Deferred and no task switch. In a cluster the high
+  watermark lags the append, the partition reports each new one to ``on_high_watermark``, and
+  ``execute`` hands back a Deferred meanwhile.
 - **Failures**: if an operation raises or its append fails, the completions it deferred run with
   the error and the shard is reloaded from its log rather than rolled back.
 - **Unloading** fails the pending writes and every waiting request with NOT_COORDINATOR, and
@@ -28,9 +29,9 @@ consumer-protocol groups and share groups plug in the same way, without changes 
 
 Operations of a shard never interleave, without a queue of operations: each runs to completion
 on the single-threaded event loop (the append is synchronous). What waits, in log order, is the
-writes. Reads (``read``) see the state as replayed, which on one node is always committed;
-reading at the committed offset while writes wait for replication (Kafka reads through timeline
-snapshots) is for the cluster.
+writes. Reads (``read``) see the state at the committed offset: the shard keeps what reads may
+see apart from what pending writes changed (runtime/committed.py), as Kafka's reads go through
+timeline snapshots at the committed offset.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from gregor.coordinator.runtime import loader
+from gregor.coordinator.runtime.partition_writer import PartitionWriter
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred, Record
 from gregor.coordinator.runtime.shard import Completion, CoordinatorShard, RecordSerde
 from gregor.coordinator.runtime.timer import EventLoopTimer, Timer
@@ -65,26 +67,23 @@ class ShardState(enum.Enum):
 
 class ShardRuntime(Generic[S]):
     """``make_shard(partition, timer)`` builds the shard for each load; ``serde`` writes and reads
-    its records. ``label`` names what is loaded, for the log ("offsets and group metadata").
-    ``on_append`` is called after every append (the broker wakes fetches waiting on the
-    partition). ``committed_offset`` reads the partition's high watermark. ``append`` appends a
-    batch and returns its base offset (default: the log's own append; in a cluster, the leader's)."""
+    its records; ``writer`` appends them to ``plog``'s partition as its leader. ``label`` names
+    what is loaded, for the log ("offsets and group metadata"). ``required_acks`` 1 answers a
+    write once the leader has it (the log end), -1 once the high watermark covers it."""
 
     def __init__(self, partition: int, plog: PartitionLog, make_shard: Callable[[int, Timer], S],
-                 serde: RecordSerde, codec: int = 0, on_append: Callable[[], None] = lambda: None,
-                 label: str = "records", committed_offset: Callable[[], int] | None = None,
-                 append: Callable[[bytes], int] | None = None) -> None:
+                 serde: RecordSerde, writer: PartitionWriter, codec: int = 0, label: str = "records",
+                 required_acks: int = -1) -> None:
         self.partition = partition
         self.plog = plog
+        self.topic = plog.topic
         self.name = f"{plog.topic}-{partition}"
         self.make_shard = make_shard
         self.serde = serde
+        self.writer = writer
         self.codec = codec
-        self.on_append = on_append
         self.label = label
-        self._committed_offset = committed_offset
-        # in a cluster the replica manager appends, as leader, with its leader epoch
-        self._append_batch = append
+        self.required_acks = required_acks
         self.state = ShardState.CLOSED
         self.timer: EventLoopTimer | None = None
         self.shard: S | None = None
@@ -172,8 +171,8 @@ class ShardRuntime(Generic[S]):
         return fn(self.check_available())
 
     def committed_offset(self) -> int:
-        """The partition's high watermark: the end of what is committed."""
-        return self.plog.high_watermark if self._committed_offset is None else self._committed_offset()
+        """The end of what is committed: the high watermark (the log end with required_acks=1)."""
+        return self.plog.log_end_offset if self.required_acks == 1 else self.plog.high_watermark
 
     def on_high_watermark(self, offset: int) -> None:
         """The partition's committed offset is now ``offset``: release the writes it covers."""
@@ -220,10 +219,8 @@ class ShardRuntime(Generic[S]):
         """Append ``records`` as one batch; returns the offset the batch ends at."""
         encode_key, encode_value = self.serde.encode_key, self.serde.encode_value
         pairs = [(encode_key(k), encode_value(v)) for k, v in records]
-        append = self._append_batch or self.plog.append_batch_unchecked
-        base = append(build_batch(pairs, timestamp=time.time_ns() // 1_000_000,
-                                                            codec=self.codec))
-        self.on_append()
+        base = self.writer.append_internal(self.topic, self.partition,
+                                           build_batch(pairs, timestamp=time.time_ns() // 1_000_000, codec=self.codec))
         return base + len(pairs)
 
     def _run_timer(self, key: str, operation: Callable[[], CoordinatorResult[Any] | None]) -> None:

@@ -63,10 +63,6 @@ class ZkClusterMetadata(ClusterMetadata):
 
     # -- ClusterMetadata -----------------------------------------------------------------------
     @property
-    def clustered(self) -> bool:
-        return True
-
-    @property
     def controller_id(self) -> int:
         return self._controller_id
 
@@ -241,7 +237,7 @@ class ZkClusterMetadata(ClusterMetadata):
         st: zn.PartitionState | None = None
         if data is not None and stat is not None:
             try:
-                st = zn.PartitionState.decode(data, stat.version, zn.state_path(topic, partition))
+                st = zn.PartitionState.decode(data, stat.version, zn.state_path(topic, partition), stat.mzxid)
             except zn.ZnodeFormatError as e:
                 log.error("ignoring the state of %s-%d: %s", topic, partition, e)
                 return

@@ -61,7 +61,8 @@ class BrokerRegistrar:
         self._reregistering: asyncio.Task[None] | None = None
 
     def add_listener(self, fn: Callable[[int], None]) -> None:
-        """``fn(broker_epoch)`` after each registration (the first and those after an expiry)."""
+        """``fn(broker_epoch)`` after each registration (the first and those after an expiry),
+        and ``fn(-1)`` when the registration is lost with an expired session."""
         self._listeners.append(fn)
 
     async def start(self, stored_cluster_id: str | None) -> str:
@@ -150,12 +151,15 @@ class BrokerRegistrar:
         log.info("registered broker %d at %s with endpoint %s:%d%s, broker epoch %d", self.broker_id, self.path,
                  self.registration.host, self.registration.port,
                  f", rack {self.registration.rack}" if self.registration.rack else "", self.broker_epoch)
+        self._tell(self.broker_epoch)
+        return self.broker_epoch
+
+    def _tell(self, broker_epoch: int) -> None:
         for fn in list(self._listeners):
             try:
-                fn(self.broker_epoch)
+                fn(broker_epoch)
             except Exception:
                 log.exception("broker registration listener failed")
-        return self.broker_epoch
 
     async def _existing(self) -> tuple[ZnodeStat, znodes.BrokerRegistration | None] | None:
         got = await self.zk.get(self.path)
@@ -173,6 +177,7 @@ class BrokerRegistrar:
         if state is ZkSession.EXPIRED:
             self._expired = True
             self.broker_epoch = -1
+            self._tell(-1)
         elif state is ZkSession.CONNECTED and self._expired:
             self._expired = False
             if self._reregistering is None or self._reregistering.done():

@@ -1,6 +1,6 @@
 """Topics in a ZooKeeper cluster: ZooKeeper holds them; every broker mirrors them.
 
-Creating, deleting and growing a topic writes ZooKeeper (``zk_admin.py``: the assignment, the
+Creating, deleting and growing a topic writes ZooKeeper (``zk/admin.py``: the assignment, the
 configs, the deletion request); nothing local changes until ZooKeeper says so. Every broker keeps
 its local topic registry as a mirror of ``/brokers/topics`` (``mirror`` / ``mirror_deleted``,
 called by the metadata cache's watches): names, ids, partition counts and configs of all topics, so
@@ -20,12 +20,12 @@ import logging
 import uuid
 from typing import Any
 
-from gregor.cluster import zk_admin
 from gregor.cluster.replica_assignment import BrokerMetadata, assign_new_partitions, assign_replicas_to_brokers
 from gregor.cluster.topic_admin import MAX_PARTITIONS, TopicAdmin, apply_config_ops
+from gregor.cluster.zk import admin as zk_admin
 from gregor.cluster.zk import znodes as zn
 from gregor.cluster.zk.client import BadVersionError, KazooException, NodeExistsError, ZkClient
-from gregor.cluster.zk_metadata import ZkClusterMetadata
+from gregor.cluster.zk.metadata import ZkClusterMetadata
 from gregor.config import BrokerConfig, ConfigError, parse_topic_config
 from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import Topic, TopicRegistry, validate_topic_name
@@ -134,6 +134,11 @@ class ZkTopicAdmin(TopicAdmin):
                 self._delete_local(name)
 
     # -- operations: ZooKeeper writes ----------------------------------------------------------
+    def replication_factor_of(self, replication_factor: int, assignments: dict[int, list[int]] | None) -> int:
+        if assignments:
+            return len(next(iter(assignments.values())))
+        return replication_factor if replication_factor != -1 else int(self.config["default.replication.factor"])
+
     def _brokers(self) -> list[BrokerMetadata]:
         return [BrokerMetadata(b.node_id, b.rack) for b in self.metadata.brokers()]
 

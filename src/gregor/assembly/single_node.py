@@ -1,0 +1,89 @@
+"""A single node: the default of ``gregor serve``. Every partition is led here (the replication
+seam's cluster of one), topics are this broker's registry, the cluster id is kept in
+``meta.properties``, and ``__consumer_offsets`` and the telemetry topic are created at start."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from gregor.apis.services import NoController, Services
+from gregor.assembly.parts import BrokerParts
+from gregor.cluster.credentials import ScramCredentials
+from gregor.cluster.dynamic_configs import DynamicConfigs
+from gregor.cluster.meta_properties import load_cluster_id
+from gregor.cluster.metadata import ClusterMetadata
+from gregor.cluster.producer_ids import ProducerIdManager
+from gregor.cluster.topic_admin import TopicAdmin
+from gregor.config import BrokerConfig
+from gregor.coordinator.group.service import GroupCoordinatorService
+from gregor.log.log_manager import LogManager
+from gregor.log.topic_registry import TopicRegistry
+from gregor.metrics.registry import BrokerMetrics
+from gregor.metrics.telemetry import LeaderSink, TelemetryWriter
+from gregor.replication.single_node import SingleNodeReplicas
+
+
+class SingleNodeMembership:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+
+    def open_storage(self, data_dir: Path, cluster: ClusterMetadata) -> None:
+        cluster.cluster_id = load_cluster_id(data_dir, self.config["node.id"], self.config["cluster.id"])
+
+    async def join(self, host: str, port: int) -> None:
+        pass
+
+    async def leave(self, final_telemetry: Callable[[], Awaitable[None]]) -> None:
+        pass
+
+    async def finish(self, final_telemetry: Callable[[], Awaitable[None]]) -> None:
+        await final_telemetry()  # everything served, up to the last request
+
+    async def abandon(self) -> None:
+        pass
+
+
+def build_single_node(config: BrokerConfig, connections: Callable[[], int]) -> BrokerParts:
+    node_id: int = config["node.id"]
+    registry = TopicRegistry(config.data_dir)
+    logs = LogManager(config.data_dir, config.topic_defaults(), registry, hosts_all_partitions=True)
+    cluster = ClusterMetadata(node_id)
+    topics = TopicAdmin(config, registry, logs)
+    replicas = SingleNodeReplicas(config, node_id, logs, registry)
+    topics.on_created.append(replicas.topic_created)
+    topics.on_deleted.append(replicas.topic_deleted)
+    return _common(config, registry, logs, cluster, topics, replicas, ProducerIdManager(config.data_dir),
+                   SingleNodeMembership(config), connections, create_internal_topics_at_start=True,
+                   offsets_replication_factor=1, controller=NoController())
+
+
+def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, cluster: ClusterMetadata,
+            topics: TopicAdmin, replicas: Any, producer_ids: ProducerIdManager, membership: Any,
+            connections: Callable[[], int], create_internal_topics_at_start: bool, offsets_replication_factor: int,
+            controller: Any) -> BrokerParts:
+    """The parts both builders make the same way, over the parts that differ."""
+    node_id: int = config["node.id"]
+    dynamic_configs = DynamicConfigs(config, node_id, logs, registry)
+    groups = GroupCoordinatorService(config, registry, logs, topics.create_topic, cluster, replicas,
+                                     group_settings=lambda g: dynamic_configs.group_config(g)[0],
+                                     create_topic_at_start=create_internal_topics_at_start,
+                                     offsets_replication_factor=offsets_replication_factor)
+    topics.on_deleted.append(groups.on_topic_deleted)
+    # metrics off (no endpoint and no telemetry): nothing is counted on the hot paths
+    metrics_on = bool(config["metrics.listener"]) or config["telemetry.interval.ms"] > 0
+    metrics = BrokerMetrics(groups.views, logs, connections) if metrics_on else None
+    telemetry: TelemetryWriter | None = None
+    if metrics is not None and config["telemetry.interval.ms"] > 0:
+        # every broker writes what it served and the lag of what it leads, to each telemetry
+        # partition's leader (docs/metrics.md)
+        telemetry = TelemetryWriter(node_id, topics, logs, metrics, config["telemetry.topic.num.partitions"],
+                                    LeaderSink(cluster, replicas),
+                                    create_topic_at_start=create_internal_topics_at_start)
+    services = Services(config=config, cluster=cluster, logs=logs, topics=topics, groups=groups,
+                        producer_ids=producer_ids, dynamic_configs=dynamic_configs,
+                        credentials=ScramCredentials(config.data_dir), metrics=metrics, replicas=replicas,
+                        controller=controller)
+    return BrokerParts(config, registry, logs, cluster, topics, replicas, producer_ids, dynamic_configs, groups,
+                       metrics, telemetry, services, membership)
