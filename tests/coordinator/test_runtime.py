@@ -254,3 +254,81 @@ def test_unloading_fails_pending_writes_with_not_coordinator(plog):
         assert e.value.code == ErrorCode.not_coordinator
 
     asyncio.run(run())
+
+
+# -- reads at the committed offset (issue 23, defect 7) ------------------------------------------
+def offsets_of(rt, group="g"):
+    return {tp: v.offset for tp, v in rt.read(lambda s: s.fetch_offsets(group, None))}
+
+
+def commit_request(group, offsets):
+    return CommitRequest(group, -1, "", None, [CommitPartition("t", p, o, -1, "") for p, o in offsets.items()])
+
+
+def test_offset_fetch_reads_at_the_committed_offset(plog):
+    """A commit the in-sync replicas do not have yet is not visible to OffsetFetch: if the leader
+    failed before they had it, the next leader would not have it either. It becomes visible when
+    the high watermark passes it; a deletion (tombstone) likewise."""
+    async def run():
+        rt = make_runtime(plog, replicated=True)
+        rt.start_loading()
+        await rt.wait_loaded()
+        first = rt.execute(lambda s: s.commit_offsets(commit_request("g", {0: 5, 1: 7})))
+        assert offsets_of(rt) == {}  # not even the group's first commit
+        commit_to(plog, rt, plog.log_end_offset)
+        await resolve(first)
+        assert offsets_of(rt) == {("t", 0): 5, ("t", 1): 7}
+        second = rt.execute(lambda s: s.commit_offsets(commit_request("g", {0: 6})))
+        third = rt.execute(lambda s: s.commit_offsets(commit_request("g", {0: 9, 2: 1})))
+        assert offsets_of(rt) == {("t", 0): 5, ("t", 1): 7}
+        assert rt.read(lambda s: s.committed_offset("g", "t", 0)) == 5
+        end_of_second = plog.log_end_offset - 1  # each commit is one record here
+        commit_to(plog, rt, end_of_second)
+        await resolve(second)
+        assert offsets_of(rt) == {("t", 0): 6, ("t", 1): 7}
+        commit_to(plog, rt, plog.log_end_offset)
+        await resolve(third)
+        assert offsets_of(rt) == {("t", 0): 9, ("t", 1): 7, ("t", 2): 1}
+        deleted = rt.execute(lambda s: s.delete_offsets("g", [("t", 1)]))
+        assert ("t", 1) in offsets_of(rt)
+        commit_to(plog, rt, plog.log_end_offset)
+        await resolve(deleted)
+        assert ("t", 1) not in offsets_of(rt)
+        rt.unload()
+
+    asyncio.run(run())
+
+
+def test_a_loaded_tail_above_the_high_watermark_is_not_read_until_committed(plog):
+    """A new leader's log may end with records its followers do not have yet: loading replays
+    them, but reads see them only once the high watermark passes them."""
+    append(plog, [(OffsetCommitKey("g", "t", 0), OffsetCommitValue(1, "", now_ms()))])
+    append(plog, [(OffsetCommitKey("g", "t", 0), OffsetCommitValue(2, "", now_ms())),
+                  (OffsetCommitKey("g", "t", 1), OffsetCommitValue(3, "", now_ms()))])
+    plog.replicated = True
+    plog.update_high_watermark(1)
+
+    async def run():
+        rt = make_runtime(plog, replicated=True)
+        rt.start_loading()
+        await rt.wait_loaded()
+        assert offsets_of(rt) == {("t", 0): 1}
+        commit_to(plog, rt, plog.log_end_offset)
+        assert offsets_of(rt) == {("t", 0): 2, ("t", 1): 3}
+        rt.unload()
+
+    asyncio.run(run())
+
+
+def test_on_one_node_nothing_is_kept_for_committed_reads(plog):
+    async def run():
+        rt = make_runtime(plog)
+        rt.start_loading()
+        await rt.wait_loaded()
+        for i in range(10):
+            rt.execute(lambda s, i=i: s.commit_offsets(commit_request("g", {0: i})))
+        assert len(rt.shard.committed_reads) == 0
+        assert offsets_of(rt) == {("t", 0): 9}
+        rt.unload()
+
+    asyncio.run(run())

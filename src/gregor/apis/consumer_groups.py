@@ -103,7 +103,7 @@ async def consumer_group_describe(ctx: RequestContext, req: Any) -> dict[str, An
     out = []
     for group_id in req.group_ids:
         try:
-            out.append(_described(group_id, ctx.groups.describe_consumer_group(group_id), ops))
+            out.append(_described(group_id, await ctx.groups.describe_consumer_group(group_id), ops))
         except KafkaError as e:
             out.append({"error_code": e.code, "error_message": e.message or None, "group_id": group_id,
                         "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",

@@ -380,6 +380,37 @@ def test_a_broker_dying_while_there_is_no_controller_leaves_the_isrs(connect):
     run(scenario())
 
 
+def test_a_leader_that_restarted_while_there_was_no_controller_gets_a_new_epoch(connect):
+    """Issue 23, defect 0: a broker restarted while no controller watched still finds itself leader
+    in ZooKeeper, at an epoch written for its previous registration. Its replica manager acts on a
+    leadership only when the controller wrote it after the broker registered, so the next
+    controller handles the restart as Kafka handles a bounced broker: leadership moves to another
+    ISR member, or (the only replica) goes offline and comes back at a new epoch, both written after
+    the new registration."""
+    async def scenario() -> None:
+        async with Cluster(connect) as c:
+            await c.add(1)
+            await c.active()
+            await c.add(2, controller=False)
+            await c.add(3, controller=False)
+            await c.create_topic("t", {0: [2, 3]})
+            await c.create_topic("u", {0: [2]})
+            t0 = await c.wait_state("t", 0, leader=2, isr=[2, 3])
+            u0 = await c.wait_state("u", 0, leader=2, isr=[2])
+            await c.kill(1)  # no controller now
+            restarted = await c.restart(2, controller=False)
+            await c.settled()
+            assert (await c.state("t", 0)).leader_epoch == t0.leader_epoch  # nobody decided yet
+            await c.add(4)
+            t1 = await c.wait_state("t", 0, leader=3, isr=[3])
+            assert t1.leader_epoch > t0.leader_epoch
+            u1 = await c.wait_state("u", 0, leader=2, isr=[2])
+            assert u1.leader_epoch >= u0.leader_epoch + 2  # offline (-1), then led again
+            got = await c.admin.get(znodes.state_path("u", 0))
+            assert got is not None and got[1].mzxid > restarted.epoch  # written for the new registration
+    run(scenario())
+
+
 def test_session_expiry_makes_the_controller_resign_and_register_again(connect):
     async def scenario() -> None:
         async with Cluster(connect) as c:

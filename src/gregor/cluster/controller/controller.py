@@ -380,6 +380,15 @@ class Controller:
         dead = {b for tp in ctx.leadership for b in ctx.replicas(tp)} - ctx.live_or_shutting_down_ids()
         for b in sorted(dead):
             await self._remove_replica_from_isrs(b, self._partitions_with_state_on(b), f"broker {b} is not alive")
+        # a leader that registered after its leadership was written restarted while there was no
+        # controller to see it: its brokers act on it only once the controller has said so for their
+        # current registration, so it is handled as the restart it was (failed, then back)
+        restarted = sorted({st.leader for st in ctx.leadership.values()
+                            if st.leader in ctx.broker_epochs and 0 <= st.mzxid < ctx.broker_epochs[st.leader]})
+        if restarted:
+            log.info("controller %d: brokers %s registered after their leaderships were written; handling them "
+                     "as restarted", self.broker_id, restarted)
+            await self._bounce(restarted)
         for tp in ctx.all_partitions():
             st = ctx.leadership.get(tp)
             if st is None:
@@ -666,15 +675,22 @@ class Controller:
             await self._on_broker_startup(new)
         if bounced:
             for b in bounced:
-                del ctx.broker_epochs[b]
-            await self._on_broker_failure(bounced)
-            for b in bounced:
                 ctx.broker_epochs[b] = current[b]
-            await self._on_broker_startup(bounced)
+            await self._bounce(bounced)
         if dead:
             for b in dead:
                 ctx.broker_epochs.pop(b, None)
             await self._on_broker_failure(dead)
+
+    async def _bounce(self, brokers: list[int]) -> None:
+        """Brokers that restarted (a new registration): handled as failed, then back (Kafka's
+        bounced brokers), so that every partition they led gets a new leader epoch, written after
+        their new registration, and they leave the ISRs until they have caught up again."""
+        ctx = self.ctx
+        epochs = {b: ctx.broker_epochs.pop(b) for b in brokers if b in ctx.broker_epochs}
+        await self._on_broker_failure(brokers)
+        ctx.broker_epochs.update(epochs)
+        await self._on_broker_startup(brokers)
 
     async def _on_broker_startup(self, brokers: list[int]) -> None:
         await self._trigger_online_partitions(

@@ -9,6 +9,7 @@ from typing import Any
 
 from gregor.coordinator.group.consumer_group import ConsumerGroup, TopicId
 from gregor.coordinator.group.model import ClassicGroup
+from gregor.coordinator.runtime.committed import CommittedReads
 from gregor.coordinator.runtime.result import Deferred
 from gregor.coordinator.runtime.shard import Completion
 from gregor.coordinator.runtime.timer import Timer
@@ -50,6 +51,8 @@ class ShardContext:
     completions: list[Completion] = field(default_factory=list)
     membership_version: int = 0  # bumped whenever members or their assignments change
     on_membership_change: Callable[[], object] | None = None
+    # what reads may see while writes wait for replication (runtime/committed.py)
+    committed_reads: CommittedReads = field(default_factory=CommittedReads)
 
     def membership_changed(self) -> None:
         self.membership_version += 1

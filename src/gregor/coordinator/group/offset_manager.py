@@ -33,12 +33,15 @@ from gregor.coordinator.group.api import (
 from gregor.coordinator.group.consumer_group import ConsumerGroup
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState
+from gregor.coordinator.runtime.committed import ABSENT
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.protocol.consumer_offsets import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 from gregor.protocol.consumer_protocol import MalformedSubscription, decode_subscription
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.coordinator")
+
+_OFFSET = "offset"  # the committed-reads key of a committed offset: (_OFFSET, group, topic, partition)
 
 class OffsetManager:
     def __init__(self, ctx: ShardContext) -> None:
@@ -125,10 +128,28 @@ class OffsetManager:
                 raise KafkaError(ErrorCode.stale_member_epoch,
                                  f"The member epoch {member_epoch} of member {member_id} is stale: the member "
                                  f"is at epoch {member.member_epoch}.")
-        committed = self.offsets.get(group_id, {})
+        committed = self.committed_offsets(group_id)
         if partitions is None:
             return sorted(committed.items())
         return [(tp, committed.get(tp)) for tp in partitions]
+
+    def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetCommitValue]:
+        """The group's offsets at the committed offset of the partition: a commit whose record the
+        in-sync replicas do not have yet is not visible (it may be lost with its leader)."""
+        current = self.offsets.get(group_id, {})
+        reads = self.ctx.committed_reads
+        if not len(reads):
+            return current
+        out = dict(current)
+        for key in reads.changed_keys():
+            if isinstance(key, tuple) and key[0] == _OFFSET and key[1] == group_id:
+                tp = (key[2], key[3])
+                v = reads.value(key, ABSENT)
+                if v is ABSENT:
+                    out.pop(tp, None)
+                else:
+                    out[tp] = v
+        return out
 
     # -- OffsetDelete ------------------------------------------------------------------------
     def delete(self, group_id: str, partitions: list[TopicPartition]) -> CoordinatorResult[OffsetDeleteResult]:
@@ -193,6 +214,10 @@ class OffsetManager:
     # -- replay ------------------------------------------------------------------------------
     def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
         tp = (key.topic, key.partition)
+        reads = self.ctx.committed_reads
+        if reads.pending >= 0:
+            reads.changing((_OFFSET, key.group, key.topic, key.partition),
+                           self.offsets.get(key.group, {}).get(tp, ABSENT))
         if value is None:
             group_offsets = self.offsets.get(key.group)
             if group_offsets is not None:

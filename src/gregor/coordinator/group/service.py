@@ -341,12 +341,13 @@ class GroupCoordinatorService:
                 ErrorCode.coordinator_not_available, f"{e.message}; writes wait for a replica to catch up")) from None
 
     async def _write(self, group_id: str, op: Callable[[GroupCoordinatorShard], CoordinatorResult[Any]],
-                     timeout: bool = False) -> Any:
+                     timeout: bool = False, check_isr: bool = True) -> Any:
         """Run a write operation on the group's shard and wait for its answer; with ``timeout``
         (commits, heartbeats, leaves: nothing else holds them) at most offsets.commit.timeout.ms
         for the write to be replicated."""
         runtime = self._runtime_for(group_id)
-        self._writable(runtime.partition)
+        if check_isr:
+            self._writable(runtime.partition)
         try:
             response = runtime.execute(op)
         except KafkaError as e:
@@ -363,6 +364,12 @@ class GroupCoordinatorService:
                 ErrorCode.coordinator_not_available,
                 f"{runtime.name}: the write was not replicated to the ISR within offsets.commit.timeout.ms="
                 f"{limit_ms}")) from None
+
+    async def _read_committed(self, group_id: str, fn: Callable[[GroupCoordinatorShard], Any]) -> Any:
+        """A read answered once the writes before it are committed: it runs now, as an operation
+        that writes nothing, which the runtime answers no earlier than the writes before it."""
+        return await self._write(group_id, lambda shard: CoordinatorResult([], fn(shard)), timeout=True,
+                                 check_isr=False)
 
     def _read(self, group_id: str, fn: Callable[[GroupCoordinatorShard], Any]) -> Any:
         runtime = self._runtime_for(group_id)
@@ -413,9 +420,13 @@ class GroupCoordinatorService:
         """The group's steering changed: a new group epoch, so its next heartbeat reassigns."""
         await self._write(group_id, lambda shard: shard.steering_changed(group_id), timeout=True)
 
-    def describe_consumer_group(self, group_id: str) -> ConsumerGroupView | None:
-        """The consumer-protocol group as its coordinator holds it (None: no such group)."""
-        view: ConsumerGroupView | None = self._read(group_id, lambda shard: shard.consumer_group_view(group_id))
+    async def describe_consumer_group(self, group_id: str) -> ConsumerGroupView | None:
+        """The consumer-protocol group as its coordinator holds it (None: no such group), answered
+        once every write before it is committed, so that it never shows a member epoch or an
+        assignment the in-sync replicas do not have (at most offsets.commit.timeout.ms, then
+        COORDINATOR_NOT_AVAILABLE, as a write would be)."""
+        view: ConsumerGroupView | None = await self._read_committed(
+            group_id, lambda shard: shard.consumer_group_view(group_id))
         return view
 
     async def commit_offsets(self, req: CommitRequest) -> CommitResult:

@@ -52,6 +52,7 @@ from gregor.coordinator.group.migration import Downgrade, Upgrade, empty_consume
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.group.offset_manager import OffsetManager
 from gregor.coordinator.group.subscriptions import TopicCatalogue
+from gregor.coordinator.runtime.committed import CommittedReads
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.coordinator.runtime.shard import Completion, RecordSerde
 from gregor.coordinator.runtime.timer import Timer
@@ -105,6 +106,10 @@ class GroupCoordinatorShard:
     @property
     def partition(self) -> int:
         return self.ctx.partition
+
+    @property
+    def committed_reads(self) -> CommittedReads:
+        return self.ctx.committed_reads
 
     @property
     def groups(self) -> dict[str, ClassicGroup]:
@@ -276,7 +281,7 @@ class GroupCoordinatorShard:
                 yield CommittedOffset(group_id, topic, partition, v.offset, v.commit_timestamp)
 
     def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
-        v = self.offsets_mgr.offsets.get(group_id, {}).get((topic, partition))
+        v = self.offsets_mgr.committed_offsets(group_id).get((topic, partition))
         return v.offset if v is not None else None
 
     def member_views(self) -> Iterator[MemberView]:
@@ -341,6 +346,7 @@ class GroupCoordinatorShard:
 
     def on_unloaded(self) -> None:
         self.groups_mgr.on_unloaded()
+        self.ctx.committed_reads.clear()
 
     def take_completions(self) -> Sequence[Completion]:
         ctx = self.ctx

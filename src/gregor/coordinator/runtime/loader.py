@@ -1,6 +1,11 @@
 """Loading a shard: replaying its partition from the log start to the log end (Kafka:
 CoordinatorLoaderImpl).
 
+The records below the committed offset (the high watermark when the load starts) are replayed as
+committed; those above it, a new leader's tail that its followers may not have yet, are replayed
+batch by batch as pending writes ending at each batch's end (runtime/committed.py), so that reads
+do not see them before the high watermark passes them.
+
 Reads ask the log for at least one whole batch, so neither a large partition nor a large batch or
 record can outgrow a load buffer (there is none). Records are first reduced to the newest value
 of every key, in log order of those newest writes (what compaction would keep), then decoded and
@@ -53,15 +58,19 @@ def replay_newest(shard: CoordinatorShard, serde: RecordSerde, latest: dict[byte
 
 async def load(plog: PartitionLog, shard: CoordinatorShard, serde: RecordSerde, name: str,
                still_loading: Callable[[], bool],
-               progress: Callable[[int, int], None] = lambda done, total: None) -> int | None:
+               progress: Callable[[int, int], None] = lambda done, total: None,
+               committed: int | None = None) -> int | None:
     """Replay ``plog`` into ``shard``; returns the number of records read, or None if
     ``still_loading()`` turned false meanwhile (the shard was unloaded). Yields to the event loop
     between reads, so the broker keeps serving while a large partition loads; ``progress(done,
-    total)`` hears how many of the partition's offsets have been read after each read."""
+    total)`` hears how many of the partition's offsets have been read after each read.
+    ``committed``: the committed offset (None: everything is committed)."""
     latest: dict[bytes, bytes | None] = {}
     count = 0
     start = offset = plog.log_start_offset
     end = plog.log_end_offset
+    committed_end = end if committed is None else max(min(committed, end), start)
+    tail: list[tuple[int, dict[bytes, bytes | None]]] = []  # (batch end, its records) above it
     progress(0, end - start)
     while offset < end:
         data = plog.read(offset, LOAD_READ_BYTES).records
@@ -71,11 +80,24 @@ async def load(plog: PartitionLog, shard: CoordinatorShard, serde: RecordSerde, 
             if h.next_offset <= offset:
                 continue
             if not h.is_control:
-                count += keep_newest(latest, iter_key_values(data, h))
+                if h.next_offset <= committed_end:
+                    count += keep_newest(latest, iter_key_values(data, h))
+                else:
+                    batch: dict[bytes, bytes | None] = {}
+                    count += keep_newest(batch, iter_key_values(data, h))
+                    tail.append((h.next_offset, batch))
             offset = h.next_offset
         progress(min(offset, end) - start, end - start)
         await asyncio.sleep(0)  # let the broker serve others between reads
         if not still_loading():
             return None
     replay_newest(shard, serde, latest, name)
+    if tail:
+        reads = shard.committed_reads
+        for batch_end, batch in tail:
+            reads.pending = batch_end
+            try:
+                replay_newest(shard, serde, batch, name)
+            finally:
+                reads.pending = -1
     return count

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gregor.coordinator.runtime.committed import CommittedReads
+
 Completion = Callable[[BaseException | None], object]
 """Run once an operation's records are committed (with None), or with the error that means they
 never will be (the append failed, the shard was unloaded): an answer to another request that the
@@ -23,8 +25,14 @@ class CoordinatorShard(Protocol):
 
     Operations are plain calls on the shard that return a CoordinatorResult; the runtime appends
     their records, replays them (unless the result says its state is already applied), and
-    answers once they are committed.
+    answers once they are committed. ``committed_reads`` is where the shard keeps what its reads
+    may see while writes are pending (runtime/committed.py); the runtime drives it.
     """
+
+    @property
+    def committed_reads(self) -> CommittedReads:
+        """Where the shard keeps what its reads may see while writes are pending."""
+        ...
 
     def replay(self, key: Any, value: Any) -> None:
         """Apply one record (``value`` None: a tombstone). Loading a partition is replaying it."""

@@ -106,7 +106,7 @@ class ShardRuntime(Generic[S]):
         try:
             count = await loader.load(self.plog, shard, self.serde, self.name,
                                       lambda: self.state is ShardState.LOADING and self.shard is shard,
-                                      self._loaded_so_far)
+                                      self._loaded_so_far, committed=self.committed_offset())
             if count is None:
                 return  # unloaded meanwhile
             seconds = time.perf_counter() - started
@@ -175,8 +175,12 @@ class ShardRuntime(Generic[S]):
         return self.plog.log_end_offset if self.required_acks == 1 else self.plog.high_watermark
 
     def on_high_watermark(self, offset: int) -> None:
-        """The partition's committed offset is now ``offset``: release the writes it covers."""
-        self.writes.release(offset)
+        """The partition's committed offset is now ``offset``: reads see the writes it covers, and
+        those writes are released."""
+        committed = self.committed_offset()
+        if self.shard is not None:
+            self.shard.committed_reads.committed(committed)
+        self.writes.release(committed)
 
     def _write(self, shard: S, result: CoordinatorResult[Any]) -> Any:
         completions = shard.take_completions()
@@ -188,11 +192,21 @@ class ShardRuntime(Generic[S]):
             except Exception:
                 log.exception("appending to %s failed", self.name)
                 raise self._abandon(completions, "coordinator write failed; reloading") from None
+            committed = end <= self.committed_offset()  # one node: by its own append
             if result.replay_records:
                 replay = shard.replay
-                for key, value in records:
-                    replay(key, value)
-            if writes.last_offset is None and end <= self.committed_offset():
+                if committed:
+                    for key, value in records:
+                        replay(key, value)
+                else:  # reads keep seeing what the keys had until the write is committed
+                    reads = shard.committed_reads
+                    reads.pending = end
+                    try:
+                        for key, value in records:
+                            replay(key, value)
+                    finally:
+                        reads.pending = -1
+            if writes.last_offset is None and committed:
                 # committed already (one node) and nothing older waits: answer now
                 for fn in completions:
                     fn(None)
