@@ -412,8 +412,7 @@ class GroupCoordinatorService:
     def steering_problems(self, group_id: str, wanted: Steering) -> list[str]:
         """Why ``wanted`` cannot steer the group now; NOT_COORDINATOR from a broker that does not
         coordinate it (members are known to the coordinator only)."""
-        problems: list[str] = self._read(group_id, lambda shard: shard.consumer_mgr.steering_problems(group_id,
-                                                                                                    wanted))
+        problems: list[str] = self._read(group_id, lambda shard: shard.steering_problems(group_id, wanted))
         return problems
 
     async def steering_changed(self, group_id: str) -> None:

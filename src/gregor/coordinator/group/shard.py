@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gregor.assignment.steering import Steering
 from gregor.coordinator.group.api import (
     CommitRequest,
     CommitResult,
@@ -160,6 +161,10 @@ class GroupCoordinatorShard:
 
     def steering_changed(self, group_id: str) -> CoordinatorResult[None]:
         return self.consumer_mgr.steering_changed(group_id)
+
+    def steering_problems(self, group_id: str, wanted: Steering) -> list[str]:
+        """Why ``wanted`` cannot steer the group's members now (empty: it can)."""
+        return self.consumer_mgr.steering_problems(group_id, wanted)
 
     def commit_offsets(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
         result = self.offsets_mgr.commit(req)
