@@ -65,6 +65,13 @@ and what replicating __consumer_offsets costs a commit. Figures only, no asserti
    trip (the leader's append wakes the followers' waiting fetches; their next fetch moves the high
    watermark).
 
+5. Commit availability (``commit-availability``): a three-broker cluster with Gregor's defaults and
+   ``--groups``/10 groups (at least 30), each committing every 50 ms to its coordinator. Each broker
+   in turn is SIGKILLed and restarted, then stopped with a controlled shutdown and restarted; for
+   the groups whose coordinator did not move during a step (a broker that only follows their
+   partition died or restarted: the controller bumps their leader epoch and nothing else), the
+   longest gap between successful commits and the number of errors. Goal: no error at all.
+
 Everything runs on this machine under a temporary directory, removed at the end (``--keep``
 keeps it, with every process's log); every process is killed at the end, also after an error,
 Ctrl-C or SIGTERM.
@@ -75,6 +82,7 @@ Ctrl-C or SIGTERM.
     .venv/bin/python bench/cluster.py --only failover --kills 3 --session-timeouts 6000 --keep
     .venv/bin/python bench/cluster.py --only coordinator-failover,commits   # issue 13's figures
     .venv/bin/python bench/cluster.py --only coordinator-failover --groups 20 --kills 1 --keep
+    .venv/bin/python bench/cluster.py --only commit-availability   # issue 23's: no error while nothing moves
 """
 
 from __future__ import annotations
@@ -1209,7 +1217,7 @@ def _ms(v: float | None) -> str:
 
 # -- main ----------------------------------------------------------------------------------------
 
-SECTIONS = ("throughput", "failover", "coordinator-failover", "commits")
+SECTIONS = ("throughput", "failover", "coordinator-failover", "commits", "commit-availability")
 
 
 def _sections(text: str) -> list[str]:
@@ -1218,6 +1226,157 @@ def _sections(text: str) -> list[str]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"{', '.join(unknown) or text!r}: the parts are {', '.join(SECTIONS)}")
     return names
+
+
+# -- 5. commit availability while nothing moves -----------------------------------------------
+
+AVAILABILITY_TOPIC = "availability"
+
+
+class CommitPacer:
+    """Groups committing every ``every_s`` each, one thread per coordinator address: the time of
+    every answer and the errors, per group. A group whose coordinator moves is looked up again."""
+
+    def __init__(self, dc: devcluster.DevCluster, groups: list[str], every_s: float = 0.05) -> None:
+        self.dc, self.groups, self.every_s = dc, groups, every_s
+        self.ok: dict[str, list[float]] = {g: [] for g in groups}
+        self.errors: dict[str, list[tuple[float, str]]] = {g: [] for g in groups}
+        self.where: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._offset = 0
+
+    def locate(self) -> None:
+        for b in range(1, CLUSTER_SIZE + 1):
+            link = Link(broker_address(self.dc, b))
+            try:
+                found = find_coordinators(link, self.groups)
+            except OSError:
+                continue
+            finally:
+                link.close()
+            self.where = {g: address for g, (_n, address, code) in found.items() if code == 0}
+            return
+
+    def start(self) -> CommitPacer:
+        self.locate()
+        by_address: dict[str, list[str]] = {}
+        for g in self.groups:
+            by_address.setdefault(self.where.get(g, ""), []).append(g)
+        for gs in by_address.values():
+            t = threading.Thread(target=self._run, args=(gs,), daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def _run(self, gs: list[str]) -> None:
+        links = Links()
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                by_address: dict[str, list[str]] = {}
+                for g in gs:
+                    by_address.setdefault(self.where.get(g, ""), []).append(g)
+                for address, some in by_address.items():
+                    self._offset += 1
+                    now = time.monotonic()
+                    if not address:
+                        for g in some:
+                            self.errors[g].append((now, "no coordinator known"))
+                        continue
+                    try:
+                        responses = links[address].calls(
+                            ApiKey.OFFSET_COMMIT, 8,
+                            [commit_body(g, AVAILABILITY_TOPIC, {0: self._offset}) for g in some], depth=8)
+                    except OSError as e:
+                        for g in some:
+                            self.errors[g].append((time.monotonic(), f"{address}: {e}"))
+                        self.locate()
+                        continue
+                    at = time.monotonic()
+                    for g, r in zip(some, responses, strict=True):
+                        codes = commit_errors(r)
+                        if codes:
+                            self.errors[g].append((at, ",".join(str(c) for c in codes)))
+                        else:
+                            self.ok[g].append(at)
+                    if any(commit_errors(r) for r in responses):
+                        self.locate()
+                self._stop.wait(max(self.every_s - (time.monotonic() - started), 0.0))
+        finally:
+            links.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+
+    def window(self, groups: list[str], start: float, end: float) -> tuple[float, int]:
+        """(longest gap in ms between successful commits within [start, end], errors) over ``groups``."""
+        gap = 0.0
+        errors = 0
+        for g in groups:
+            times = [start] + [t for t in self.ok[g] if start <= t <= end] + [end]
+            gap = max(gap, max(b - a for a, b in zip(times, times[1:], strict=False)))
+            errors += sum(1 for t, _ in self.errors[g] if start <= t <= end)
+        return gap * 1000, errors
+
+
+def commit_availability(args: argparse.Namespace, root: Path, say: Report) -> dict[str, Any]:
+    """Groups whose coordinator does not move must see no error while a follower of its partition
+    dies and while the other brokers restart one by one (issue 23: a new leader epoch of the same
+    leader reloaded the shard, and every commit of its groups failed for as long as that took)."""
+    n = max(args.groups // 10, 30)
+    say(f"Commit availability: {n} groups committing every 50 ms each (OffsetCommit v8 to their coordinators) on "
+        "a three-broker cluster with Gregor's defaults; for the groups whose coordinator does not move: the longest "
+        "gap between successful commits and the errors, while a broker that only follows their partitions is "
+        "SIGKILLed (and restarted), and while each other broker is restarted in turn with a controlled shutdown "
+        "(goal: no error, and gaps of a few round trips)")
+    groups = [f"avail-{i:03d}" for i in range(n)]
+    out: dict[str, Any] = {"groups": n, "steps": []}
+    with running_cluster(root, "availability", {"leader.imbalance.check.interval.seconds": "5"}) as dc, \
+            zk_client(dc) as zk:
+        create_topic(dc.plan.bootstrap, AVAILABILITY_TOPIC, 1, CLUSTER_SIZE)
+        commit_groups(dc, {g: 0 for g in groups}, AVAILABILITY_TOPIC, 120)
+        partitions = len(offsets_assignment(zk))
+        wait_for(lambda: offsets_balanced(zk, partitions), ISR_WAIT_S, f"{OFFSETS_TOPIC} balanced")
+        pacer = CommitPacer(dc, groups).start()
+        try:
+            time.sleep(2)
+            for victim in range(1, CLUSTER_SIZE + 1):
+                for kind in ("SIGKILL", "controlled shutdown"):
+                    states = offsets_states(zk)
+                    steady = [g for g in groups if states[partition_for(g, partitions)]["leader"] != victim]
+                    start = time.monotonic()
+                    if kind == "SIGKILL":
+                        dc.kill_broker(victim)
+                    else:
+                        dc.broker(victim).signal(signal.SIGTERM)
+                        proc = dc.broker(victim).proc
+                        if proc is not None:
+                            proc.wait(90)
+                    time.sleep(8)  # past the session timeout: the controller has taken it out of the ISRs
+                    dc.restart_broker(victim)
+                    wait_for(lambda: offsets_balanced(zk, partitions), ISR_WAIT_S,
+                             f"broker {victim} back in every ISR and leading its preferred partitions")
+                    time.sleep(1)
+                    end = time.monotonic()
+                    after = offsets_states(zk)
+                    steady = [g for g in steady if after[partition_for(g, partitions)]["leader"]
+                              == states[partition_for(g, partitions)]["leader"]]
+                    gap_ms, errors = pacer.window(steady, start, end)
+                    step = {"victim": victim, "kind": kind, "groups": len(steady), "longest_gap_ms": round(gap_ms),
+                            "errors": errors, "seconds": round(end - start, 1)}
+                    out["steps"].append(step)
+                    say(f"  broker {victim} {kind} and back ({step['seconds']} s): {len(steady)} groups whose "
+                        f"coordinator stayed, longest gap {gap_ms:.0f} ms, {errors} errors")
+        finally:
+            pacer.stop()
+    out["errors"] = sum(s["errors"] for s in out["steps"])
+    out["longest_gap_ms"] = max((s["longest_gap_ms"] for s in out["steps"]), default=0)
+    say(f"  goal 'no error for a group whose coordinator does not move': {'held' if out['errors'] == 0 else 'NOT held'}"
+        f" ({out['errors']} errors; longest gap {out['longest_gap_ms']} ms)")
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -1298,6 +1457,8 @@ def main(argv: list[str] | None = None) -> int:
             result["coordinator_failover"] = coordinator_failover(args, root, say)
         if "commits" in args.only:
             result["commits"] = commit_throughput(args, root, say)
+        if "commit-availability" in args.only:
+            result["commit_availability"] = commit_availability(args, root, say)
     except KeyboardInterrupt:
         say("interrupted: every process was killed")
         return 130
