@@ -95,3 +95,41 @@ def test_lower_layers_know_nothing_of_groups_or_sockets(package: str) -> None:
     for path in (SRC / package).rglob("*.py"):
         text = path.read_text()
         assert "gregor.coordinator" not in text and "gregor.server" not in text, path
+
+
+# The tests' own rule (docs/architecture.md, "Where things go"): helpers shared by test modules
+# live in tests/support/, fixtures in conftest.py files; a test module imports no other test module.
+TESTS = Path(__file__).resolve().parent
+
+
+def _names_a_test_module(dotted: str) -> bool:
+    return any(part.startswith("test_") for part in dotted.split("."))
+
+
+def _test_module_imports(path: Path) -> list[str]:
+    """The imports in ``path`` (anywhere in it, function bodies too) of a module named ``test_*``:
+    ``tests.….test_x`` absolutely, or relatively (``.test_x``, ``from . import test_x``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name == "tests" or a.name.startswith("tests.")]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 0 and module != "tests" and not module.startswith("tests."):
+                continue
+            base = "." * node.level + module
+            if _names_a_test_module(module):
+                names = [base]
+            else:  # ``from tests.cluster import test_x``, ``from . import test_x``
+                names = [f"{base}.{a.name}" if module else f"{base}{a.name}" for a in node.names]
+        else:
+            continue
+        out += [f"{path.relative_to(TESTS.parent)}:{node.lineno}: imports {name}" for name in names
+                if _names_a_test_module(name)]
+    return out
+
+
+def test_no_test_module_imports_another() -> None:
+    wrong = [line for path in sorted(TESTS.rglob("*.py")) if path.name != "conftest.py"
+             for line in _test_module_imports(path)]
+    assert not wrong, "move what they share to tests/support/ (fixtures: a conftest.py):\n" + "\n".join(wrong)

@@ -40,27 +40,28 @@ from kafka import TopicPartition as KpTP
 from kafka.structs import OffsetAndMetadata
 
 from gregor.admin.client import AdminClient as GregorAdmin
-from gregor.admin.wire_client import WireClient
-from gregor.protocol.api_keys import ApiKey
-from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, partition_for
-from gregor.protocol.errors import ErrorCode
 from tests.support.waiting import wait_for
+from tests.support.wire_state import (
+    CLIENTS_OFFSETS_PARTITIONS,
+    coordinator_of,
+    fully_replicated,
+    group_coordinated_by,
+    leaders,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
 PARTITIONS = 3
-OFFSETS_PARTITIONS = 3
 OVERRIDES = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "3000",
              "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "200",
              "controlled.shutdown.retry.backoff.ms": "500", "leader.imbalance.check.interval.seconds": "3600",
-             "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+             "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": str(CLIENTS_OFFSETS_PARTITIONS),
              "group.initial.rebalance.delay.ms": "0"}
 BEFORE = 150  # acknowledged messages before the leader goes
 AFTER = 150  # acknowledged messages on partition 0 once the client names its new leader
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
 Read = dict[int, list[tuple[int, bytes]]]  # partition -> (offset, value) in the order read
-
 
 
 def value(partition: int, seq: int) -> bytes:
@@ -71,41 +72,10 @@ def total(read: Read) -> int:
     return sum(map(len, read.values()))
 
 
-# -- the cluster's state, seen with gregor's wire client (not the client under test) -----------
-def call(bootstrap: str, api_key: int, version: int, body: dict[str, Any]) -> Any:
-    """One request to the first broker of ``bootstrap`` (host:port,...) that accepts a connection."""
-    for address in bootstrap.split(","):
-        try:
-            wire = WireClient(address, timeout=10)
-        except OSError:
-            continue
-        try:
-            return wire.call(api_key, version, body)
-        finally:
-            wire.close()
-    raise AssertionError(f"no broker of {bootstrap} accepts connections")
-
-
-def leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int]]]:
-    """{partition: (leader, isr)}; empty while the topic is unknown."""
-    md = call(bootstrap, ApiKey.METADATA, 9, {
-        "topics": [{"name": topic}], "allow_auto_topic_creation": False,
-        "include_cluster_authorized_operations": False, "include_topic_authorized_operations": False})
-    t = md.topics[0]
-    return {} if t.error_code else {p.partition_index: (p.leader_id, list(p.isr_nodes)) for p in t.partitions}
-
-
+# -- the cluster (its state as gregor's wire client sees it: tests/support/wire_state.py) ------
 def start_cluster(cluster_factory: Callable[..., Any]) -> Any:
     """Three brokers (the factory waits until each lists all three in its Metadata)."""
     return cluster_factory(3, overrides=OVERRIDES)
-
-
-def fully_replicated(bootstrap: str, topic: str, partitions: int) -> dict[int, int] | None:
-    """{partition: leader} once every partition has a leader and all three replicas in its ISR."""
-    st = leaders(bootstrap, topic)
-    if len(st) != partitions or any(leader < 0 or len(isr) != 3 for leader, isr in st.values()):
-        return None
-    return {p: leader for p, (leader, _isr) in st.items()}
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> dict[int, int]:
@@ -113,31 +83,6 @@ def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> dic
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})])[name].result(30)
     return wait_for(lambda: fully_replicated(bootstrap, name, partitions), what=f"{name} fully replicated")
-
-
-def find_coordinator(bootstrap: str, group: str) -> Any:
-    return call(bootstrap, ApiKey.FIND_COORDINATOR, 1, {"key": group, "key_type": 0})
-
-
-def coordinator_of(bootstrap: str, group: str) -> int:
-    r = find_coordinator(bootstrap, group)
-    return r.node_id if r.error_code == ErrorCode.none else -1
-
-
-def group_coordinated_by(bootstrap: str, broker_id: int, prefix: str) -> str:
-    """A group id whose coordinator is ``broker_id`` (the leader of its __consumer_offsets
-    partition); the first FindCoordinator creates __consumer_offsets."""
-    def offsets_topic_ready() -> dict[int, int] | None:
-        if find_coordinator(bootstrap, prefix).error_code:
-            return None
-        return fully_replicated(bootstrap, OFFSETS_TOPIC, OFFSETS_PARTITIONS)
-
-    offsets_leaders: dict[int, int] = wait_for(offsets_topic_ready, what=f"{OFFSETS_TOPIC} fully replicated")
-    group = next(g for g in (f"{prefix}-{i}" for i in range(1000))
-                 if offsets_leaders[partition_for(g, OFFSETS_PARTITIONS)] == broker_id)
-    assert wait_for(lambda: (c := coordinator_of(bootstrap, group)) >= 0 and c,
-                    what=f"a coordinator for {group}") == broker_id
-    return group
 
 
 def log_ends(bootstrap: str, topic: str) -> dict[int, int]:

@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
 from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from tests.cluster.test_replication import FAST, create_topic
+from tests.support.replication import FAST_SHORT_LAG, create_topic
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -32,7 +32,7 @@ def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
 
 
 def test_topic_configs_are_written_to_zookeeper_and_every_broker_applies_them(cluster_factory):
-    cluster = cluster_factory(3, FAST)
+    cluster = cluster_factory(3, FAST_SHORT_LAG)
     create_topic(cluster.bootstrap, "tuned", 2, 3, {"retention.ms": "100000"})
     one = AdminClient({"bootstrap.servers": cluster.broker(1).bootstrap})
     res = ConfigResource(ConfigResource.Type.TOPIC, "tuned", incremental_configs=[
@@ -70,7 +70,7 @@ def test_topic_configs_are_written_to_zookeeper_and_every_broker_applies_them(cl
 
 
 def test_describe_configs_per_broker_and_describe_cluster(cluster_factory):
-    cluster = cluster_factory(3, FAST, racks=["ra", "rb", "rc"])
+    cluster = cluster_factory(3, FAST_SHORT_LAG, racks=["ra", "rb", "rc"])
     for b in cluster.ids:
         admin = AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap})
         # librdkafka sends a BROKER resource to that broker
@@ -99,7 +99,7 @@ def test_describe_configs_per_broker_and_describe_cluster(cluster_factory):
 
 
 def test_delete_topic_removes_the_replicas_on_every_broker(cluster_factory):
-    cluster = cluster_factory(3, FAST)
+    cluster = cluster_factory(3, FAST_SHORT_LAG)
     create_topic(cluster.bootstrap, "doomed", 3, 3)
     dirs = [cluster.broker(b).data_dir / f"doomed-{p}" for b in cluster.ids for p in range(3)]
     wait_for(lambda: all(d.is_dir() for d in dirs), what="every replica's directory")
@@ -119,9 +119,9 @@ def test_a_topic_deleted_with_committed_offsets_and_created_again_starts_empty_e
     whose old replicas then came back inside the new topic."""
     from confluent_kafka import Consumer
 
-    from tests.cluster.test_replication import consume_all, produce_all
+    from tests.support.replication import consume_all, produce_all
 
-    cluster = cluster_factory(3, {**FAST, "offsets.topic.replication.factor": "3"})
+    cluster = cluster_factory(3, {**FAST_SHORT_LAG, "offsets.topic.replication.factor": "3"})
     create_topic(cluster.bootstrap, "again", 3, 3)
     for p in range(3):
         produce_all(cluster.bootstrap, "again", [b"old-%d" % i for i in range(10)], partition=p)

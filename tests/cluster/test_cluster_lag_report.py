@@ -52,11 +52,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gregor.lagreport import rules
 from gregor.protocol.telemetry_records import TELEMETRY_TOPIC, home_partition
-from tests.cluster.test_clients import group_coordinated_by, leaders
-from tests.integration.test_metrics import scrape
 from tests.support.broker_process import free_port
 from tests.support.cluster import BrokerCluster
+from tests.support.metrics_scrape import scrape
 from tests.support.waiting import wait_for
+from tests.support.wire_state import group_coordinated_by, leaders
 
 pytestmark = pytest.mark.timeout(300)
 

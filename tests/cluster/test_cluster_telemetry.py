@@ -20,11 +20,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gregor.protocol.consumer_offsets import partition_for
 from gregor.protocol.telemetry_records import TELEMETRY_TOPIC
-from tests.cluster.test_clients import coordinator_of
-from tests.integration.test_metrics import scrape
 from tests.support.broker_process import free_port
 from tests.support.cluster import BrokerCluster
+from tests.support.metrics_scrape import scrape
 from tests.support.waiting import wait_for
+from tests.support.wire_state import coordinator_of
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -40,22 +40,20 @@ import pytest
 
 from gregor.admin.client import AdminClient as GregorAdmin
 from gregor.admin.groups_cli import committed_offsets
-from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, partition_for
-from gregor.protocol.errors import ErrorCode
-from tests.cluster.test_faults import ContinuousProducer, high_watermarks, last_acked
-from tests.cluster.test_group_failover import (
-    OFFSETS_PARTITIONS,
+from tests.support.cluster import BrokerCluster
+from tests.support.group_checks import (
+    FAILOVER_OFFSETS_PARTITIONS,
     LeaderWatch,
+    Snapshot,
     bootstrap_of,
     check_nothing_skipped,
     controller_of,
     coordinator,
+    snapshot,
     start_cluster,
     wait_for,
 )
-from tests.cluster.test_replication import create_topic
-from tests.support.cluster import BrokerCluster
 from tests.support.group_load import (
     Gaps,
     GroupConsumer,
@@ -68,6 +66,7 @@ from tests.support.group_load import (
     read_by_group,
     wait_full_isr,
 )
+from tests.support.replication import ContinuousProducer, create_topic, high_watermarks, last_acked
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -79,65 +78,6 @@ CONSUMER_PROTOCOL = {
     "group.consumer.min.heartbeat.interval.ms": "250", "group.consumer.heartbeat.interval.ms": "500",
     "group.consumer.min.session.timeout.ms": "3000", "group.consumer.session.timeout.ms": "6000",
 }
-
-
-# -- the group as its coordinator describes it ----------------------------------------------------
-@dataclass(frozen=True)
-class Member:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    epoch: int
-    assignment: frozenset[int]
-    target: frozenset[int]
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    at: float
-    coordinator: int
-    state: str
-    group_epoch: int
-    assignment_epoch: int
-    members: dict[str, Member]  # by member id
-
-    def settled(self, n: int) -> bool:
-        """Stable, ``n`` members, each holding exactly its target at the group's epoch."""
-        return (self.state == "Stable" and len(self.members) == n and all(
-            m.epoch == self.group_epoch == self.assignment_epoch and m.assignment == m.target
-            for m in self.members.values()))
-
-    def brief(self) -> str:
-        return (f"{self.state} on broker {self.coordinator}, group epoch {self.group_epoch}, assignment epoch "
-                f"{self.assignment_epoch}, members " + ", ".join(
-                    f"{m.client_id}({m.member_id[:8]}, epoch {m.epoch}, {sorted(m.assignment)}"
-                    + (f", target {sorted(m.target)}" if m.target != m.assignment else "") + ")"
-                    for m in sorted(self.members.values(), key=lambda m: m.client_id)))
-
-
-def _partitions(assignment: Any) -> frozenset[int]:
-    return frozenset(p for t in assignment.topic_partitions for p in t.partitions)
-
-
-def snapshot(bootstrap: str, group: str) -> Snapshot | None:
-    """ConsumerGroupDescribe at the coordinator a broker of ``bootstrap`` names; None when there is
-    none now, it does not answer, or it answers an error (a partition still loading)."""
-    admin = GregorAdmin(bootstrap, timeout=5)
-    try:
-        node, code, _ = admin.find_coordinator(group)
-        if node is None:
-            return None
-        g = admin.conn(node).call(ApiKey.CONSUMER_GROUP_DESCRIBE, {"group_ids": [group],
-                                                                   "include_authorized_operations": False}).groups[0]
-    except Exception:  # noqa: BLE001 - a dead broker, a timeout: ask again
-        return None
-    finally:
-        admin.close()
-    if g.error_code != ErrorCode.none:
-        return None
-    members = {m.member_id: Member(m.member_id, m.instance_id, m.client_id, m.member_epoch,
-                                   _partitions(m.assignment), _partitions(m.target_assignment)) for m in g.members}
-    return Snapshot(time.monotonic(), node.node_id, g.group_state, g.group_epoch, g.assignment_epoch, members)
 
 
 def settled(bootstrap: str, group: str, n: int) -> Snapshot | None:
@@ -342,13 +282,13 @@ class SlowRevoker(GroupConsumer):
 def group_on_a_broker_to_kill(cluster: BrokerCluster, prefix: str) -> tuple[str, int, list[int]]:
     """A group coordinated by a broker other than the controller (the one leading the most
     ``__consumer_offsets`` partitions), that broker, and the others."""
-    offsets_leaders = {p: st.leader for p, st in offsets_topic_ready(cluster, OFFSETS_PARTITIONS, 3).items()}
+    offsets_leaders = {p: st.leader for p, st in offsets_topic_ready(cluster, FAILOVER_OFFSETS_PARTITIONS, 3).items()}
     controller = controller_of(cluster)
     victim = max((b for b in cluster.ids if b != controller),
                  key=lambda b: sum(1 for leader in offsets_leaders.values() if leader == b))
     led = {p for p, leader in offsets_leaders.items() if leader == victim}
     assert led, f"broker {victim} leads no {OFFSETS_TOPIC} partition: {offsets_leaders}"
-    group = groups_on(led, OFFSETS_PARTITIONS, prefix, 1)[0]
+    group = groups_on(led, FAILOVER_OFFSETS_PARTITIONS, prefix, 1)[0]
     assert wait_for(lambda: coordinator(cluster, group) >= 0 and coordinator(cluster, group), 30,
                     f"a coordinator for {group}") == victim
     return group, victim, [b for b in cluster.ids if b != victim]
@@ -443,9 +383,9 @@ def test_consumer_group_keeps_its_members_through_a_rolling_restart(cluster_fact
     message is read."""
     topic = "cp-rolling"
     cluster = cluster_with_topic(cluster_factory, topic)
-    offsets_topic_ready(cluster, OFFSETS_PARTITIONS, 3)
+    offsets_topic_ready(cluster, FAILOVER_OFFSETS_PARTITIONS, 3)
     group = "cp-rolling-group"
-    coordinators = LeaderWatch(cluster, OFFSETS_TOPIC, partition_for(group, OFFSETS_PARTITIONS))
+    coordinators = LeaderWatch(cluster, OFFSETS_TOPIC, partition_for(group, FAILOVER_OFFSETS_PARTITIONS))
     prod = ContinuousProducer(cluster.bootstrap, topic, PARTITIONS, pause_s=0.01).start()
     members = start_members(cluster.bootstrap, group, topic, "rolling")
     steps: list[str] = []
@@ -465,7 +405,7 @@ def test_consumer_group_keeps_its_members_through_a_rolling_restart(cluster_fact
                 stopped = time.monotonic()
                 cluster.start_broker(b)
                 wait_full_isr(cluster, topic, PARTITIONS)
-                wait_full_isr(cluster, OFFSETS_TOPIC, OFFSETS_PARTITIONS)
+                wait_full_isr(cluster, OFFSETS_TOPIC, FAILOVER_OFFSETS_PARTITIONS)
                 restarted = time.monotonic()
                 prod.wait_acked(100, 60, f"100 acknowledgements after broker {b} restarted")
                 s = wait_settled(cluster, group, members, f"the group Stable after broker {b} restarted",

@@ -13,53 +13,37 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-from kazoo.protocol.states import ZnodeStat
 
 from gregor.cluster.zk import znodes as zn
-from gregor.protocol import record_batch as rb
-from tests.cluster.test_replication import create_topic
 from tests.support.cluster import BrokerCluster
+from tests.support.replication import (
+    FAST_DEFAULT_LAG,
+    ContinuousProducer,
+    check_read_exactly_once,
+    check_replicas_identical,
+    consume_to_end,
+    create_topic,
+    get,
+    last_acked,
+    states,
+    wait_full_isr,
+    wait_states,
+)
 from tests.support.waiting import wait_for
+from tests.support.zk_relay import ZkRelay
 
 pytestmark = pytest.mark.timeout(300)
 
-# replica.lag.time.max.ms at Kafka's default (30 s): replicas of dead brokers leave the ISRs because
-# the controller takes them out, well before their leaders would
-FAST = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "30000",
-        "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "200",
-        "controlled.shutdown.retry.backoff.ms": "500", "leader.imbalance.check.interval.seconds": "3600",
-        "offsets.topic.num.partitions": "3"}  # the check consumers' group creates it: keep it small
 
-
-# -- ZooKeeper's view -------------------------------------------------------------------------------
-def states(zk: KazooClient, topic: str, partitions: int) -> dict[int, zn.PartitionState | None]:
-    """Each partition's state node (None: not there)."""
-    out: dict[int, zn.PartitionState | None] = {}
-    for p in range(partitions):
-        path = zn.state_path(topic, p)
-        got = get(zk, path)
-        out[p] = zn.PartitionState.decode(got[0], got[1].version, path) if got else None
-    return out
-
-
-def get(zk: KazooClient, path: str) -> tuple[bytes, ZnodeStat] | None:
-    try:
-        return zk.get(path)
-    except NoNodeError:
-        return None
-
-
+# -- ZooKeeper's view (the partitions' states: tests/support/replication.py) ------------------------
 def controller_of(zk: KazooClient) -> int:
     """The controller's id; -1 while there is none (``/controller`` goes with its session)."""
     got = get(zk, zn.CONTROLLER)
@@ -75,7 +59,7 @@ def start_cluster(cluster_factory: Callable[..., BrokerCluster], size: int = 3, 
     first controller is elected; librdkafka's admin client that reads controller -1 from its first
     Metadata waits for a broker state change, not for a metadata refresh, and its CreateTopics
     would time out."""
-    cluster = cluster_factory(size, overrides=FAST, **kw)
+    cluster = cluster_factory(size, overrides=FAST_DEFAULT_LAG, **kw)
     for b in cluster.ids:
         admin = AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap})
         wait_for(lambda admin=admin: admin.list_topics(timeout=10).controller_id >= 0, 30,
@@ -83,173 +67,7 @@ def start_cluster(cluster_factory: Callable[..., BrokerCluster], size: int = 3, 
     return cluster
 
 
-def wait_states(cluster: BrokerCluster, topic: str, partitions: int,
-                ok: Callable[[zn.PartitionState], bool], timeout: float, what: str
-                ) -> dict[int, zn.PartitionState]:
-    """Until every partition has a state node satisfying ``ok``; the states."""
-    with cluster.zk_client() as zk:
-        def check() -> dict[int, zn.PartitionState] | None:
-            sts = states(zk, topic, partitions)
-            return sts if all(st is not None and ok(st) for st in sts.values()) else None  # type: ignore[return-value]
-        return wait_for(check, timeout, what)  # type: ignore[return-value]
-
-
-def wait_full_isr(cluster: BrokerCluster, topic: str, partitions: int, replicas: int = 3,
-                  timeout: float = 90) -> dict[int, zn.PartitionState]:
-    return wait_states(cluster, topic, partitions, lambda st: st.leader >= 0 and len(st.isr) == replicas, timeout,
-                       f"every partition of {topic} with a leader and {replicas} replicas in the ISR")
-
-
-# -- load -------------------------------------------------------------------------------------------
-class ContinuousProducer:
-    """A producer in a thread sending ``b"<partition>:<seq>"`` to each partition in turn until
-    stopped, with at most ``max_outstanding`` records of a partition unanswered, retrying for as
-    long as it takes (message.timeout.ms of 5 min). ``acked[p]`` lists the (offset, value) of each
-    record acknowledged on partition p, in the order of the acknowledgements."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, acks: str = "all", idempotent: bool = True,
-                 max_outstanding: int = 100, pause_s: float = 0.002) -> None:
-        self.topic = topic
-        self.partitions = partitions
-        self.config = {"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": idempotent,
-                       "message.timeout.ms": 300000, "linger.ms": 5, "retry.backoff.ms": 100,
-                       "error_cb": self._on_error}
-        self.max_outstanding = max_outstanding
-        self.pause_s = pause_s
-        self.acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
-        self.failed: list[str] = []  # delivery errors
-        self._failed = [0] * partitions
-        self.fatal: list[str] = []  # fatal client errors (an idempotent producer's broken guarantees)
-        self.unflushed = -1
-        self._count = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"producer-{topic}", daemon=True)
-
-    def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self.fatal.append(str(err))
-
-    def _done(self, err: KafkaError | None, msg: object) -> None:
-        with self._lock:
-            if err is not None:
-                self.failed.append(str(err))
-                self._failed[msg.partition()] += 1  # type: ignore[attr-defined]
-            else:
-                self.acked[msg.partition()].append((msg.offset(), msg.value()))  # type: ignore[attr-defined]
-                self._count += 1
-
-    @property
-    def count(self) -> int:
-        with self._lock:
-            return self._count
-
-    def start(self) -> ContinuousProducer:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        producer = Producer(self.config)
-        seq = [0] * self.partitions
-        i = 0
-        while not self._stop.is_set():
-            with self._lock:
-                outstanding = [seq[p] - len(self.acked[p]) - self._failed[p] for p in range(self.partitions)]
-            # a partition that cannot take writes (no leader, NOT_ENOUGH_REPLICAS) holds up only itself
-            ready = [p for p in range(self.partitions) if outstanding[p] < self.max_outstanding]
-            if not ready:
-                producer.poll(0.05)
-                continue
-            p = min(ready, key=lambda q: (q - i) % self.partitions)  # the next ready one in turn
-            try:
-                producer.produce(self.topic, f"{p}:{seq[p]:09d}".encode(), partition=p, on_delivery=self._done)
-            except BufferError:
-                producer.poll(0.1)
-                continue
-            except KafkaException as e:  # the producer is in a fatal state
-                self.fatal.append(str(e))
-                break
-            seq[p] += 1
-            i = p + 1
-            producer.poll(0)
-            time.sleep(self.pause_s)
-        self.unflushed = producer.flush(120)
-
-    def wait_acked(self, more: int, timeout: float, what: str) -> int:
-        """Until ``more`` acknowledgements past the current count; the new count."""
-        target = self.count + more
-        wait_for(lambda: self.count >= target or self.fatal or not self._thread.is_alive(), timeout, what)
-        assert not self.fatal, self.fatal
-        assert self._thread.is_alive(), "the producer's thread ended"
-        return self.count
-
-    def stop(self) -> None:
-        """Stop producing and wait until every record sent is answered."""
-        self._stop.set()
-        self._thread.join(150)
-        assert not self._thread.is_alive(), "the producer did not finish flushing"
-        assert not self.fatal, self.fatal
-        assert self.unflushed == 0, f"{self.unflushed} records were never answered"
-
-
-# -- checks -----------------------------------------------------------------------------------------
-def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout: float = 30) -> dict[int, int]:
-    """Each partition's high watermark as its leader answers ListOffsets, asked again while
-    leadership moves (NOT_LEADER_OR_FOLLOWER: the controller's preferred replica election runs
-    5 s after it is elected, as Kafka's does)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hwm"})
-        try:
-            return {p: c.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(partitions)}
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-        finally:
-            c.close()
-        time.sleep(0.2)
-
-
-def consume_to_end(bootstrap: str, topic: str, partitions: int, at_least: dict[int, int] | None = None,
-                   timeout: float = 90) -> dict[int, list[tuple[int, bytes]]]:
-    """Every record of every partition from offset 0 to the high watermark as the leaders answer
-    ListOffsets now, or to ``at_least[p]`` if that is further (a leader just elected may not know
-    the high watermark yet), as (offset, value)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "auto.offset.reset": "error", "fetch.wait.max.ms": 100})
-    try:
-        hwms = high_watermarks(bootstrap, topic, partitions)
-        ends = {p: max(hwms[p], (at_least or {}).get(p, 0)) for p in range(partitions)}
-        out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
-        todo = {p for p in range(partitions) if ends[p] > 0}
-        c.assign([TopicPartition(topic, p, 0) for p in sorted(todo)])
-        deadline = time.monotonic() + timeout
-        while todo:
-            assert time.monotonic() < deadline, f"consumed only {[(p, len(out[p])) for p in todo]} of {ends}"
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            assert m.error() is None, m.error()
-            p = m.partition()
-            if m.offset() < ends[p]:
-                out[p].append((m.offset(), m.value()))
-            if m.offset() >= ends[p] - 1:
-                todo.discard(p)
-        return out
-    finally:
-        c.close()
-
-
-def seq_of(value: bytes) -> int:
-    return int(value.split(b":")[1])
-
-
-def last_acked(prod: ContinuousProducer, partitions: Iterable[int] | None = None) -> dict[int, int]:
-    """One past the largest acknowledged offset of each partition."""
-    return {p: max((o for o, _ in prod.acked[p]), default=-1) + 1
-            for p in (range(prod.partitions) if partitions is None else partitions)}
-
-
+# -- checks (the load, and the checks it shares: tests/support/replication.py) -----------------------
 def restart_and_check(cluster: BrokerCluster, prod: ContinuousProducer, topic: str, parts: int, brokers: list[int],
                       isr_timeout: float = 90) -> None:
     """Restart the killed ``brokers``; once every ISR is full and the producer got 300 more
@@ -267,27 +85,6 @@ def restart_and_check(cluster: BrokerCluster, prod: ContinuousProducer, topic: s
     check_replicas_identical(cluster, topic, parts, counts)
 
 
-def check_read_exactly_once(bootstrap: str, prod: ContinuousProducer) -> dict[int, int]:
-    """Every acknowledged record is read once, at its acknowledged offset, in the order produced,
-    with no gap in the offsets; returns the number of records of each partition."""
-    got = consume_to_end(bootstrap, prod.topic, prod.partitions, last_acked(prod))
-    for p in range(prod.partitions):
-        offsets = [o for o, _ in got[p]]
-        values = [v for _, v in got[p]]
-        assert offsets == list(range(len(offsets))), f"partition {p}: offsets are not contiguous from 0"
-        assert len(set(values)) == len(values), f"partition {p}: a record was written twice"
-        seqs = [seq_of(v) for v in values]
-        assert all(v.startswith(f"{p}:".encode()) for v in values)
-        assert seqs == sorted(seqs), f"partition {p}: records out of the order they were produced in"
-        at = dict(got[p])
-        lost = [(o, v) for o, v in prod.acked[p] if at.get(o) != v]
-        assert not lost, f"partition {p}: acknowledged records not read back at their offsets: {lost[:5]}"
-        if not prod.failed:  # every record sent was acknowledged: nothing else may be in the log
-            assert len(values) == len(prod.acked[p]), (
-                f"partition {p}: {len(values)} records in the log, {len(prod.acked[p])} acknowledged")
-    return {p: len(got[p]) for p in got}
-
-
 def check_acks_1(bootstrap: str, prod: ContinuousProducer, kept_leader: set[int]) -> dict[int, int]:
     """acks=1 without idempotence promises less: offsets without gaps, and the acknowledged
     records of the partitions in ``kept_leader`` (never led by another replica: nothing truncated)
@@ -300,50 +97,6 @@ def check_acks_1(bootstrap: str, prod: ContinuousProducer, kept_leader: set[int]
             lost = [(o, v) for o, v in prod.acked[p] if at.get(o) != v]
             assert not lost, f"partition {p}: acknowledged records not read back at their offsets: {lost[:5]}"
     return {p: len(got[p]) for p in got}
-
-
-def log_prefix(data_dir: Path, topic: str, partition: int, hwm: int) -> bytes:
-    """The bytes of the replica's batches below ``hwm``, read from its segment files (which must
-    end a batch exactly at ``hwm``)."""
-    out = bytearray()
-    next_offset = 0
-    epoch = -1
-    for seg in sorted((data_dir / f"{topic}-{partition}").glob("*.log")):
-        buf = seg.read_bytes()
-        pos = 0
-        while pos + rb.HEADER_SIZE <= len(buf) and next_offset < hwm:
-            h = rb.read_header(buf, pos)
-            assert h.base_offset == next_offset, (
-                f"{seg}: batch at byte {pos} starts at offset {h.base_offset}, expected {next_offset}")
-            if h.next_offset > hwm:
-                raise AssertionError(f"{seg}: the batch at offset {h.base_offset} straddles the high watermark {hwm}")
-            # one leader at a time: the leader epochs stamped in the batches never go back
-            batch_epoch = int.from_bytes(buf[pos + rb.PARTITION_LEADER_EPOCH:pos + rb.PARTITION_LEADER_EPOCH + 4],
-                                         "big", signed=True)
-            assert batch_epoch >= epoch, f"{seg}: leader epoch {batch_epoch} at offset {h.base_offset} after {epoch}"
-            epoch = batch_epoch
-            out += buf[pos:pos + h.size]
-            pos += h.size
-            next_offset = h.next_offset
-    assert next_offset == hwm, f"{data_dir}: {topic}-{partition} holds offsets below {next_offset} only, " \
-                               f"the high watermark is {hwm}"
-    return bytes(out)
-
-
-def check_replicas_identical(cluster: BrokerCluster, topic: str, partitions: int, read: dict[int, int]) -> None:
-    """With every replica in the ISR (the caller waited for it) and nothing being produced: every
-    replica's log holds the same bytes up to the high watermark, which covers the ``read[p]``
-    records read."""
-    hwms = wait_for(lambda: all((h := high_watermarks(cluster.bootstrap, topic, partitions))[p] >= read[p]
-                                for p in range(partitions)) and h, 30,
-                    f"high watermarks covering the records read ({read})")
-    with cluster.zk_client() as zk:
-        assignment = zn.TopicAssignment.decode(topic, zk.get(zn.topic_path(topic))[0]).partitions
-    for p in range(partitions):
-        prefixes = {b: log_prefix(cluster.broker(b).data_dir, topic, p, hwms[p]) for b in assignment[p]}
-        sizes = {b: len(x) for b, x in prefixes.items()}
-        assert len(set(prefixes.values())) == 1, f"{topic}-{p}: the replicas differ below the high watermark " \
-                                                  f"{hwms[p]} (sizes {sizes})"
 
 
 # -- more checks ------------------------------------------------------------------------------------
@@ -425,73 +178,7 @@ def wait_metadata_agrees(cluster: BrokerCluster, bootstrap: str, topic: str, par
         return wait_for(check, timeout, what)  # type: ignore[no-any-return]
 
 
-# -- ZooKeeper out of reach --------------------------------------------------------------------------
-class ZkRelay:
-    """A TCP relay in front of a ZooKeeper server (for the brokers' and the test's clients):
-    ``cut()`` drops every connection and closes new ones at once, ``restore()`` relays again.
-    While cut, ZooKeeper runs on and expires the sessions it no longer hears from."""
-
-    def __init__(self, server: object) -> None:
-        self.server = server
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.cut_off = False
-        self._socks: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, name="zk-relay", daemon=True).start()
-
-    def connect_string(self, chroot: str = "") -> str:
-        return f"127.0.0.1:{self.port}{chroot}"
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            if self.cut_off:
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.server.port))  # type: ignore[attr-defined]
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._socks |= {client, upstream}
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-            with self._lock:
-                self._socks -= {src, dst}
-
-    def cut(self) -> None:
-        self.cut_off = True
-        with self._lock:
-            socks = list(self._socks)
-        for s in socks:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def restore(self) -> None:
-        self.cut_off = False
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
-
-
+# -- ZooKeeper out of reach (the relay: tests/support/zk_relay.py) -----------------------------------
 @pytest.fixture
 def relayed_zookeeper(zookeeper_factory):
     """A ZooKeeper server of the test's own and a relay in front of it."""

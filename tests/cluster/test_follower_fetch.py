@@ -14,7 +14,7 @@ from confluent_kafka import Consumer
 from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from tests.cluster.test_replication import FAST, create_topic, partition_state, produce_all
+from tests.support.replication import FAST_SHORT_LAG, create_topic, partition_state, produce_all
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -38,7 +38,7 @@ def fetch_v11(bootstrap: str, topic: str, rack: str, offset: int = 0):  # noqa: 
 
 
 def test_a_consumer_reads_from_the_replica_in_its_rack(cluster_factory):
-    cluster = cluster_factory(3, {**FAST, "replica.selector.class": "RackAwareReplicaSelector"}, racks=RACKS)
+    cluster = cluster_factory(3, {**FAST_SHORT_LAG, "replica.selector.class": "RackAwareReplicaSelector"}, racks=RACKS)
     create_topic(cluster.bootstrap, "racked", 1, 3, {"min.insync.replicas": "2"})
     values = [b"v%05d" % i + b"x" * 200 for i in range(500)]
     produce_all(cluster.bootstrap, "racked", values)
@@ -107,7 +107,7 @@ def test_a_follower_fetch_past_the_leaders_log_end_moves_nothing(cluster_factory
     OFFSET_OUT_OF_RANGE, and the high watermark stays where the real follower holds it."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    cluster = cluster_factory(3, {**FAST, "replica.lag.time.max.ms": "60000"})
+    cluster = cluster_factory(3, {**FAST_SHORT_LAG, "replica.lag.time.max.ms": "60000"})
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("posed", 1, replica_assignment=[[1, 2]])])["posed"].result(30)
     produce_all(cluster.bootstrap, "posed", [b"a"] * 5)

@@ -43,9 +43,9 @@ from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
-from tests.cluster.test_replication import create_topic
 from tests.support.cluster import BrokerCluster
 from tests.support.group_load import GroupConsumer, offsets_topic_ready
+from tests.support.replication import create_topic
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)

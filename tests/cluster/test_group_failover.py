@@ -31,21 +31,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
-from kazoo.client import KazooClient
 
-from gregor.admin.client import AdminClient as GregorAdmin
-from gregor.cluster.zk import znodes as zn
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, partition_for
 from gregor.protocol.errors import ErrorCode
-from tests.cluster.test_faults import ContinuousProducer, high_watermarks, last_acked
-from tests.cluster.test_replication import create_topic
-from tests.support import waiting
-from tests.support.cluster import BrokerCluster
+from tests.support.group_checks import (
+    FAILOVER_OFFSETS_PARTITIONS,
+    LeaderWatch,
+    bootstrap_of,
+    check_nothing_skipped,
+    controller_of,
+    coordinator,
+    find_coordinator,
+    start_cluster,
+    wait_for,
+)
 from tests.support.group_load import (
     Gaps,
     GroupConsumer,
@@ -62,69 +63,15 @@ from tests.support.group_load import (
     read_by_group,
     wait_full_isr,
 )
+from tests.support.replication import ContinuousProducer, create_topic, high_watermarks, last_acked
 
 pytestmark = pytest.mark.timeout(300)
 
 PARTITIONS = 6
-OFFSETS_PARTITIONS = 6
-OVERRIDES = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "10000",
-             "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "200",
-             "controlled.shutdown.retry.backoff.ms": "500", "leader.imbalance.check.interval.seconds": "3600",
-             "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
-             "group.initial.rebalance.delay.ms": "0"}
 RECOVERY_S = 90  # generous: the machine is slow and shared
 
 
-# -- helpers ---------------------------------------------------------------------------------------
-def wait_for(cond: Callable[[], Any], timeout: float = 60, what: str = "condition",
-             explain: Callable[[], str] | None = None) -> Any:
-    """tests/support/waiting.py's wait_for; on a timeout, ``explain()`` (the state then) is added."""
-    try:
-        return waiting.wait_for(cond, timeout, what)
-    except AssertionError as e:
-        if explain is None:
-            raise
-        raise AssertionError(f"{e}: {explain()}") from None
-
-
-def start_cluster(cluster_factory: Callable[..., BrokerCluster], **overrides: str) -> BrokerCluster:
-    """Three brokers, each naming the controller in its Metadata (librdkafka's admin client sends
-    CreateTopics only to a known controller)."""
-    cluster = cluster_factory(3, overrides={**OVERRIDES, **overrides})
-    for b in cluster.ids:
-        admin = AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap})
-        wait_for(lambda admin=admin: admin.list_topics(timeout=10).controller_id >= 0, 30,
-                 f"broker {b} to know the controller")
-    return cluster
-
-
-def bootstrap_of(cluster: BrokerCluster, ids: list[int]) -> str:
-    return ",".join(cluster.broker(i).bootstrap for i in ids)
-
-
-def controller_of(cluster: BrokerCluster) -> int:
-    with cluster.zk_client() as zk:
-        if not zk.exists(zn.CONTROLLER):
-            return -1
-        return zn.decode_controller(zk.get(zn.CONTROLLER)[0])
-
-
-def find_coordinator(address: str, group: str) -> tuple[int, ErrorCode, str | None]:
-    """(node id or -1, error, error message) as the broker at ``address`` answers FindCoordinator."""
-    admin = GregorAdmin(address)
-    try:
-        node, code, message = admin.find_coordinator(group)
-    finally:
-        admin.close()
-    return (node.node_id if node else -1), code, message
-
-
-def coordinator(cluster: BrokerCluster, group: str) -> int:
-    """The coordinator a live broker names for ``group`` (-1: none now)."""
-    node, code, _ = find_coordinator(cluster.broker(cluster.alive_ids()[0]).bootstrap, group)
-    return node if code == ErrorCode.none else -1
-
-
+# -- helpers (and those shared: tests/support/group_checks.py) -------------------------------------
 def stable(bootstrap: str, group: str, members: int) -> bool:
     try:
         return described(bootstrap, group) == ("STABLE", members)
@@ -198,17 +145,6 @@ def drain(members_by_group: dict[str, list[GroupConsumer]], prod: ContinuousProd
     return ends, missing
 
 
-def check_nothing_skipped(missing: dict[str, Gaps], members_by_group: dict[str, list[GroupConsumer]]) -> None:
-    """Every group read every offset (at least once); a gap fails, with the members' out-of-order
-    reads (a member that read n, then more than n + 1, skipped what lies between)."""
-    if not any(missing.values()):
-        return
-    jumps = {g: [(m.name, j) for m in ms for j in m.jumps] for g, ms in members_by_group.items()}
-    detail = f"offsets never read {missing}; offsets read out of order (member, (when, partition, after, read)): " \
-             f"{ {g: js for g, js in jumps.items() if missing[g]} }"
-    raise AssertionError(f"messages lost to the group: {detail}")
-
-
 # -- the checks themselves ------------------------------------------------------------------------
 def test_the_checks_see_two_owners_at_once_and_a_committed_offset_going_back():
     """The records' checks fail where they must (fabricated records, no processes): a partition
@@ -252,13 +188,13 @@ def test_busy_groups_live_through_the_sigkill_of_their_coordinator(cluster_facto
     topic = "busy"
     create_topic(cluster.bootstrap, topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
     wait_full_isr(cluster, topic, PARTITIONS)
-    offsets_leaders = {p: st.leader for p, st in offsets_topic_ready(cluster, OFFSETS_PARTITIONS, 3).items()}
+    offsets_leaders = {p: st.leader for p, st in offsets_topic_ready(cluster, FAILOVER_OFFSETS_PARTITIONS, 3).items()}
     controller = controller_of(cluster)
     victim = max((b for b in cluster.ids if b != controller),
                  key=lambda b: sum(1 for leader in offsets_leaders.values() if leader == b))
     led = {p for p, leader in offsets_leaders.items() if leader == victim}
     assert led, f"broker {victim} leads no {OFFSETS_TOPIC} partition: {offsets_leaders}"
-    eager, coop, assign = (groups_on(led, OFFSETS_PARTITIONS, prefix, 1)[0]
+    eager, coop, assign = (groups_on(led, FAILOVER_OFFSETS_PARTITIONS, prefix, 1)[0]
                            for prefix in ("eager", "coop", "assign"))
     for g in (eager, coop, assign):
         assert wait_for(lambda g=g: coordinator(cluster, g) >= 0 and coordinator(cluster, g), 30,
@@ -341,14 +277,14 @@ def test_group_whose_offsets_partition_lost_every_isr_replica_waits_and_says_why
     topic = "orphaned"
     create_topic(cluster.bootstrap, topic, PARTITIONS, 3)
     wait_full_isr(cluster, topic, PARTITIONS)
-    offsets_states = offsets_topic_ready(cluster, OFFSETS_PARTITIONS, 2)
+    offsets_states = offsets_topic_ready(cluster, FAILOVER_OFFSETS_PARTITIONS, 2)
     controller = controller_of(cluster)
     # a partition the controller holds no replica of, if there is one: only the brokers under test move
     p = min(offsets_states, key=lambda q: (controller in offsets_states[q].isr, q))
     x = offsets_states[p].leader
     y = next(b for b in offsets_states[p].isr if b != x)
     z = next(b for b in cluster.ids if b not in (x, y))
-    group = groups_on({p}, OFFSETS_PARTITIONS, "orphan", 1)[0]
+    group = groups_on({p}, FAILOVER_OFFSETS_PARTITIONS, "orphan", 1)[0]
     assert wait_for(lambda: coordinator(cluster, group) >= 0 and coordinator(cluster, group), 30,
                     f"a coordinator for {group}") == x
 
@@ -381,7 +317,7 @@ def test_group_whose_offsets_partition_lost_every_isr_replica_waits_and_says_why
             # the reason names the partition, the setting that keeps it leaderless and the broker it waits for
             assert "unclean.leader.election.enable=false" in message, message
             assert re.search(rf"broker {x}\b|ISR \[{x}\]", message), f"broker {b}'s reason does not name {x}: {message}"
-        st = partition_states(cluster, OFFSETS_TOPIC, OFFSETS_PARTITIONS)[p]
+        st = partition_states(cluster, OFFSETS_TOPIC, FAILOVER_OFFSETS_PARTITIONS)[p]
         assert st is not None and st.leader == -1 and st.isr == [x], f"y {y} back: {st} (unclean election?)"
         print(f"FindCoordinator for {group} ({OFFSETS_TOPIC}-{p}, replicas [{x}, {y}]) while only {y}, {z} live: "
               f"{answers[z][2]!r}")
@@ -412,31 +348,6 @@ def test_group_whose_offsets_partition_lost_every_isr_replica_waits_and_says_why
 
 
 # -- 3. a rolling restart -------------------------------------------------------------------------
-class LeaderWatch:
-    """The leaders of one partition over time, from a ZooKeeper watch on its state node."""
-
-    def __init__(self, cluster: BrokerCluster, topic: str, partition: int) -> None:
-        self.zk = KazooClient(hosts=cluster.zookeeper_connect, timeout=10)
-        self.zk.start(10)
-        self.leaders: list[int] = []
-        path = zn.state_path(topic, partition)
-
-        def changed(data: bytes | None, stat: object) -> None:
-            if data is not None:
-                leader = zn.PartitionState.decode(data, -1, path).leader
-                if not self.leaders or self.leaders[-1] != leader:
-                    self.leaders.append(leader)
-
-        self.zk.DataWatch(path, changed)
-
-    def moves(self) -> int:
-        """How many times the leadership went from one broker to another (through -1 or not)."""
-        live = [b for b in self.leaders if b >= 0]
-        return sum(1 for a, b in zip(live, live[1:], strict=False) if a != b)
-
-    def close(self) -> None:
-        self.zk.stop()
-        self.zk.close()
 
 
 def test_rolling_restart_under_load_loses_no_commit_and_rebalances_only_when_the_coordinator_moves(
@@ -449,9 +360,9 @@ def test_rolling_restart_under_load_loses_no_commit_and_rebalances_only_when_the
     topic = "rolling"
     create_topic(cluster.bootstrap, topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
     wait_full_isr(cluster, topic, PARTITIONS)
-    offsets_topic_ready(cluster, OFFSETS_PARTITIONS, 3)
+    offsets_topic_ready(cluster, FAILOVER_OFFSETS_PARTITIONS, 3)
     group = "rolling-group"
-    p = partition_for(group, OFFSETS_PARTITIONS)
+    p = partition_for(group, FAILOVER_OFFSETS_PARTITIONS)
     coordinators = LeaderWatch(cluster, OFFSETS_TOPIC, p)
 
     prod = ContinuousProducer(cluster.bootstrap, topic, PARTITIONS, pause_s=0.01).start()
@@ -474,7 +385,7 @@ def test_rolling_restart_under_load_loses_no_commit_and_rebalances_only_when_the
                 assert cluster.stop(b) == 0, f"broker {b}'s controlled shutdown"
                 cluster.start_broker(b)
                 wait_full_isr(cluster, topic, PARTITIONS)
-                wait_full_isr(cluster, OFFSETS_TOPIC, OFFSETS_PARTITIONS)
+                wait_full_isr(cluster, OFFSETS_TOPIC, FAILOVER_OFFSETS_PARTITIONS)
                 restarted = time.monotonic()
                 prod.wait_acked(100, 60, f"100 acknowledgements after broker {b} restarted")
                 wait_for(lambda restarted=restarted: all(m.successes_after(restarted) for m in members), RECOVERY_S,

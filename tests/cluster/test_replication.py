@@ -6,76 +6,20 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gregor.admin.wire_client import WireClient as Wire
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
+from tests.support.replication import FAST_SHORT_LAG, consume_all, create_topic, partition_state, produce_all
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
-FAST = {"zookeeper.session.timeout.ms": "4000", "replica.lag.time.max.ms": "3000",
-        "replica.fetch.wait.max.ms": "200", "replica.fetch.backoff.ms": "200",
-        "controlled.shutdown.retry.backoff.ms": "500", "leader.imbalance.check.interval.seconds": "3600"}
-
-
-
-def create_topic(bootstrap: str, name: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fs = admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})], operation_timeout=30)
-    fs[name].result(30)
-
-
-def partition_state(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, list[int], list[int]]:
-    """(leader, replicas, isr) from Metadata."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    md = admin.list_topics(topic, timeout=10)
-    p = md.topics[topic].partitions[partition]
-    return p.leader, list(p.replicas), list(p.isrs)
-
-
-def produce_all(bootstrap: str, topic: str, values: list[bytes], acks: str = "all", partition: int = 0,
-                idempotent: bool = True) -> list[int]:
-    """Produce and return the acknowledged offsets (raises if any delivery failed)."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": idempotent,
-                  "message.timeout.ms": 60000, "linger.ms": 5})
-    offsets: list[int] = []
-    errors: list[object] = []
-
-    def done(err, msg):  # noqa: ANN001
-        if err is not None:
-            errors.append(err)
-        else:
-            offsets.append(msg.offset())
-
-    for v in values:
-        p.produce(topic, v, partition=partition, on_delivery=done)
-        p.poll(0)
-    p.flush(90)
-    assert not errors, errors
-    return offsets
-
-
-def consume_all(bootstrap: str, topic: str, count: int, partition: int = 0,
-                timeout: float = 60) -> list[tuple[int, bytes]]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    c.assign([TopicPartition(topic, partition, 0)])
-    out: list[tuple[int, bytes]] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < count and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None or m.error():
-            continue
-        out.append((m.offset(), m.value()))
-    c.close()
-    return out
-
 
 def test_rf3_acks_all_survives_leader_kill_and_nothing_acknowledged_is_lost(cluster_factory):
-    cluster = cluster_factory(3, overrides=FAST)
+    cluster = cluster_factory(3, overrides=FAST_SHORT_LAG)
     create_topic(cluster.bootstrap, "orders", 1, 3, {"min.insync.replicas": "2"})
     leader, replicas, isr = wait_for(lambda: (st := partition_state(cluster.bootstrap, "orders"))[0] >= 0
                                      and len(st[2]) == 3 and st, what="a leader with a full ISR")
@@ -100,7 +44,7 @@ def test_rf3_acks_all_survives_leader_kill_and_nothing_acknowledged_is_lost(clus
 
 
 def test_acks_all_needs_min_insync_replicas(cluster_factory):
-    cluster = cluster_factory(3, overrides=FAST)
+    cluster = cluster_factory(3, overrides=FAST_SHORT_LAG)
     create_topic(cluster.bootstrap, "strict", 1, 3, {"min.insync.replicas": "2"})
     leader, _, _ = wait_for(lambda: (st := partition_state(cluster.bootstrap, "strict"))[0] >= 0
                             and len(st[2]) == 3 and st, what="a full ISR")
@@ -126,7 +70,7 @@ def test_acks_all_needs_min_insync_replicas(cluster_factory):
 
 
 def test_divergent_tail_is_truncated_when_the_old_leader_returns(cluster_factory):
-    cluster = cluster_factory(3, overrides=FAST)
+    cluster = cluster_factory(3, overrides=FAST_SHORT_LAG)
     create_topic(cluster.bootstrap, "tail", 1, 3, {"min.insync.replicas": "1"})
     leader, _, _ = wait_for(lambda: (st := partition_state(cluster.bootstrap, "tail"))[0] >= 0
                             and len(st[2]) == 3 and st, what="a full ISR")
@@ -156,7 +100,7 @@ def test_divergent_tail_is_truncated_when_the_old_leader_returns(cluster_factory
 
 
 def test_not_leader_is_answered_and_metadata_lists_the_cluster(cluster_factory):
-    cluster = cluster_factory(3, overrides=FAST)
+    cluster = cluster_factory(3, overrides=FAST_SHORT_LAG)
     create_topic(cluster.bootstrap, "spread", 6, 2)
     md = wait_for(lambda: (m := AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10))
                   and all(p.leader >= 0 for p in m.topics["spread"].partitions.values()) and m,
@@ -177,7 +121,7 @@ def test_not_leader_is_answered_and_metadata_lists_the_cluster(cluster_factory):
 def test_manual_replica_assignments_are_kept_and_checked(cluster_factory):
     from confluent_kafka.admin import NewPartitions
 
-    cluster = cluster_factory(3, overrides=FAST)
+    cluster = cluster_factory(3, overrides=FAST_SHORT_LAG)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("manual", 2, replica_assignment=[[3, 1], [1, 2]])])["manual"].result(30)
     bad = admin.create_topics([NewTopic("bad", 1, replica_assignment=[[9, 1]])])["bad"]

@@ -41,18 +41,18 @@ from gregor.cluster.zk import znodes as zn
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import build_batch
-from tests.cluster.test_faults import (
-    FAST,
+from tests.support.cluster import BrokerCluster
+from tests.support.replication import (
+    FAST_DEFAULT_LAG,
     ContinuousProducer,
-    ZkRelay,
     check_read_exactly_once,
     check_replicas_identical,
     states,
     wait_full_isr,
     wait_states,
 )
-from tests.support.cluster import BrokerCluster
 from tests.support.waiting import wait_for
+from tests.support.zk_relay import ZkRelay
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -130,7 +130,7 @@ def test_a_leader_restarted_within_its_session_leads_only_once_the_controller_sa
     as leader before it has registered and the controller has written a new leader epoch (before
     the fix it did, and acknowledged records the next leader did not have); nothing acknowledged
     is lost and the replicas end identical."""
-    cluster = cluster_factory(3, overrides={**FAST, "zookeeper.session.timeout.ms": "6000",
+    cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "zookeeper.session.timeout.ms": "6000",
                                             "min.insync.replicas": "2"})
     create(cluster, "t", [[1, 2, 3], [1, 3, 2]])
     prod = ContinuousProducer(cluster.bootstrap, "t", 2).start()
@@ -159,7 +159,7 @@ def test_a_leader_paused_past_its_session_loses_nothing_acknowledged(cluster_fac
     """SIGSTOP the leader longer than its ZooKeeper session under an idempotent acks=all load:
     the controller moves leadership; when it resumes, its session has expired and it gives up its
     roles until it is registered again and told what to do. Nothing acknowledged is lost."""
-    cluster = cluster_factory(3, overrides={**FAST, "min.insync.replicas": "2"})
+    cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "min.insync.replicas": "2"})
     create(cluster, "t", [[1, 2, 3], [2, 1, 3]])
     prod = ContinuousProducer(cluster.bootstrap, "t", 2).start()
     prod.wait_acked(300, 60, "acknowledgements before the pause")
@@ -186,7 +186,7 @@ def test_the_high_watermark_does_not_pass_a_replica_whose_isr_expansion_is_being
     write was lost)."""
     relay = ZkRelay(zookeeper)
     try:
-        cluster = cluster_factory(3, overrides={**FAST, "zookeeper.session.timeout.ms": "20000",
+        cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "zookeeper.session.timeout.ms": "20000",
                                                 "replica.lag.time.max.ms": "30000", "min.insync.replicas": "2"})
         cluster.stop(1)
         cluster.broker(1).overrides["zookeeper.connect"] = relay.connect_string(cluster.chroot)
@@ -280,7 +280,7 @@ def test_a_full_disk_when_becoming_leader_moves_leadership_to_a_healthy_replica(
     halts, as Kafka halts a broker whose last log directory failed, and leadership moves to broker 3.
     Once space is freed it starts again and rejoins the ISR."""
     cluster = BrokerCluster(tmp_path / "cluster", zookeeper, 3,
-                            {**FAST, "telemetry.interval.ms": "0", "min.insync.replicas": "1"})
+                            {**FAST_DEFAULT_LAG, "telemetry.interval.ms": "0", "min.insync.replicas": "1"})
     tmpfs_factory(tmp_path / "cluster" / "broker-2", "16m")
     try:
         cluster.start()
@@ -310,7 +310,7 @@ def test_a_follower_rejoins_after_delete_records_moved_the_log_start_into_a_batc
     Back, it starts its empty log at 45 and the leader sends the whole batch: Kafka starts the log
     over at the batch's base offset and appends it. Before the fix the append failed the same way
     forever and broker 3 never rejoined the ISR."""
-    cluster = cluster_factory(3, overrides={**FAST, "min.insync.replicas": "1"})
+    cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "min.insync.replicas": "1"})
     create(cluster, "t", [[1, 2, 3]])
     leader = cluster.broker(1).bootstrap
     for _ in range(2):
@@ -332,7 +332,7 @@ def test_a_follower_of_the_offsets_partition_dying_does_not_reload_its_coordinat
     """The controller takes a dead follower out of the ISR with a new leader epoch; the group's
     coordinator leads on and must not unload and load its shard (before the fix it did: commits and
     joins got NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS while nothing moved)."""
-    cluster = cluster_factory(3, overrides={**FAST, "offsets.topic.num.partitions": "1",
+    cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "offsets.topic.num.partitions": "1",
                                             "offsets.topic.replication.factor": "3"})
     create(cluster, "t", [[1, 2, 3]])
     group = "g"
@@ -403,7 +403,7 @@ def test_list_offsets_by_timestamp_answers_only_below_the_high_watermark(cluster
     is above the high watermark: ListOffsets by its timestamp and by max timestamp find nothing (-1)
     until the followers have it (before the fix they answered its offset, which a consumer could
     not read and which a new leader might not have)."""
-    cluster = cluster_factory(3, overrides={**FAST, "min.insync.replicas": "1",
+    cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "min.insync.replicas": "1",
                                             "replica.lag.time.max.ms": "30000"})
     create(cluster, "t", [[1, 2, 3]])
     leader = cluster.broker(1).bootstrap
@@ -431,7 +431,7 @@ def test_offset_fetch_does_not_show_a_commit_the_isr_does_not_have(cluster_facto
     """The offsets partition's followers are paused: a commit is appended by its leader and waits
     for them. Meanwhile another client's OffsetFetch answers the offset committed before (before the
     fix it answered the pending one, which is lost if the leader fails now)."""
-    cluster = cluster_factory(3, overrides={**FAST, "offsets.topic.num.partitions": "1",
+    cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "offsets.topic.num.partitions": "1",
                                             "offsets.topic.replication.factor": "3",
                                             "replica.lag.time.max.ms": "30000", "offsets.commit.timeout.ms": "4000"})
     create(cluster, "t", [[1, 2, 3]])
@@ -471,7 +471,7 @@ def test_delete_records_sent_to_a_follower_is_refused(cluster_factory):
     """A client with stale metadata sends DeleteRecords to a follower: it answers
     NOT_LEADER_OR_FOLLOWER and trims nothing (before the fix it trimmed its own log and answered
     success, and the records were still on the leader)."""
-    cluster = cluster_factory(3, overrides=FAST)
+    cluster = cluster_factory(3, overrides=FAST_DEFAULT_LAG)
     create(cluster, "t", [[1, 2, 3]])
     assert produce_batch(cluster.broker(1).bootstrap, "t", 0, 10)[0] == ErrorCode.none
     wait_full_isr(cluster, "t", 1)
@@ -494,7 +494,7 @@ def test_a_broker_in_controlled_shutdown_is_not_taken_back_into_an_isr(cluster_f
     shutdown takes it out of their ISRs, and from then on it must not fetch (Kafka's StopReplica),
     or its leaders take it back (acks=all would wait for a broker about to go). Before the fix it
     fetched until the controller had stopped, and was taken back."""
-    cluster = cluster_factory(3, overrides={**FAST, "telemetry.interval.ms": "500"})
+    cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "telemetry.interval.ms": "500"})
     assignment = [[1 + p % 2, 2 - p % 2, 3] for p in range(12)]
     create(cluster, "t", assignment)
     wait_full_isr(cluster, "t", 12)
@@ -528,7 +528,7 @@ def test_a_replica_asked_at_a_newer_leader_epoch_answers_unknown_leader_epoch(cl
     """A follower that has learnt of an election asks the new leader before the leader has read it:
     Kafka checks the leader epoch first and answers UNKNOWN_LEADER_EPOCH (retried at once), not
     NOT_LEADER_OR_FOLLOWER (which cost the follower a whole replica.fetch.backoff.ms)."""
-    cluster = cluster_factory(3, overrides=FAST)
+    cluster = cluster_factory(3, overrides=FAST_DEFAULT_LAG)
     create(cluster, "t", [[1, 2, 3]])
     epoch = state_of(cluster, "t").leader_epoch
     resp = call(cluster.broker(2).bootstrap, ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {
@@ -544,7 +544,7 @@ def test_a_replica_asked_at_a_newer_leader_epoch_answers_unknown_leader_epoch(cl
 def test_create_topics_answers_every_topic_of_a_large_request(cluster_factory):
     """CreateTopics with 40 topics on three brokers: written together, waited for together, each
     answered on its own (one error does not fail the others)."""
-    cluster = cluster_factory(3, overrides=FAST)
+    cluster = cluster_factory(3, overrides=FAST_DEFAULT_LAG)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     topics = [NewTopic(f"many-{i}", 2, 3) for i in range(40)] + [NewTopic("bad", 1, 5)]
     futures = admin.create_topics(topics, operation_timeout=60)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from tests.cluster.test_replication import FAST, create_topic, partition_state
 from tests.support.broker_process import free_port
+from tests.support.replication import FAST_SHORT_LAG, create_topic, partition_state
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -47,7 +47,7 @@ def test_sigterm_while_joining_stops_cleanly(tmp_path):
 
 
 def test_controlled_shutdown_moves_leadership_and_leaves_every_isr(cluster_factory):
-    cluster = cluster_factory(3, {**FAST, "replica.lag.time.max.ms": "30000"})
+    cluster = cluster_factory(3, {**FAST_SHORT_LAG, "replica.lag.time.max.ms": "30000"})
     create_topic(cluster.bootstrap, "steady", 6, 3, {"min.insync.replicas": "2"})
     wait_for(lambda: all(len(partition_state(cluster.bootstrap, "steady", p)[2]) == 3 for p in range(6)),
              what="full ISRs")

@@ -13,22 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.consumer_process import records
+from tests.support.consumer_protocol_load import OVERRIDES, PARTITIONS, TOPIC, SteadyProducer, log_ends
 from tests.support.group_load import GroupConsumer, committed, gaps, overlapping_ownerships, read_by_group
 from tests.support.waiting import wait_for
-
-PARTITIONS = 12
-TOPIC = "kip848"
-OVERRIDES = {
-    "group.coordinator.rebalance.protocols": "classic,consumer",
-    "group.consumer.min.heartbeat.interval.ms": "250", "group.consumer.heartbeat.interval.ms": "500",
-    "group.consumer.min.session.timeout.ms": "3000", "group.consumer.session.timeout.ms": "6000",
-    "group.initial.rebalance.delay.ms": "0",
-}
 
 
 @pytest.fixture
@@ -38,41 +30,6 @@ def broker(tmp_path):
     admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(10)
     yield b
     b.kill()
-
-
-class SteadyProducer:
-    """Writes a message to every partition in turn, about 200 a second, until stopped."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.stop_ = threading.Event()
-        self.sent = 0
-        self.t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop_.is_set():
-            for part in range(PARTITIONS):
-                self.p.produce(TOPIC, str(self.sent).encode(), partition=part)
-                self.sent += 1
-            self.p.poll(0)
-            time.sleep(0.06)
-
-    def start(self) -> SteadyProducer:
-        self.t.start()
-        return self
-
-    def stop(self) -> None:
-        self.stop_.set()
-        self.t.join()
-        assert self.p.flush(10) == 0
-
-
-def log_ends(bootstrap: str) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends-probe"})
-    try:
-        return {p: c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(PARTITIONS)}
-    finally:
-        c.close()
 
 
 def owned_by(members: list[GroupConsumer]) -> list[set[int]]:
@@ -254,8 +211,8 @@ def test_consumption_of_consumer_protocol_groups_is_attributed(tmp_path):
     """Two consumer-protocol groups sharing a client id read the same topic: the Prometheus
     counters carry each group's own messages, from the members' assignments in the coordinator's
     records (no group is guessed, nothing lands in __no_group__)."""
-    from tests.integration.test_metrics import scrape
     from tests.support.broker_process import free_port
+    from tests.support.metrics_scrape import scrape
 
     port = free_port()
     b = BrokerProcess(tmp_path / "m", {**OVERRIDES, "metrics.listener": f"http://127.0.0.1:{port}"}).start()

@@ -1,25 +1,13 @@
 """Consumption metrics attributed to groups from the coordinator's own state, against ground
 truth: consumers in known groups read known amounts; the metrics equal what they read."""
 
-import re
 import time
-import urllib.request
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.broker_process import free_port
-
-
-def scrape(port):
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    samples = {}
-    for line in text.splitlines():
-        m = re.match(r'^(\w+)\{([^}]*)\} ([0-9.e+-]+)$', line)
-        if m:
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-            samples.setdefault(m.group(1), []).append((labels, float(m.group(3))))
-    return text, samples
+from tests.support.metrics_scrape import scrape
 
 
 def consume(bootstrap, group, topic, n, assign=None, client_id="rdkafka"):

@@ -11,8 +11,8 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.test_consumer_protocol import OVERRIDES, PARTITIONS, TOPIC, SteadyProducer, log_ends
 from tests.support.broker_process import BrokerProcess
+from tests.support.consumer_protocol_load import OVERRIDES, PARTITIONS, TOPIC, SteadyProducer, log_ends
 from tests.support.group_load import GroupConsumer, committed, gaps, overlapping_ownerships, read_by_group
 from tests.support.waiting import wait_for
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gregor.protocol.errors import ErrorCode, KafkaError
-from tests.replication.conftest import ME, TOPIC, Harness
+from tests.support.replica_manager import ME, TOPIC, Harness
 
 
 def aio(test: Any) -> Any:

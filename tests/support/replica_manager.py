@@ -1,4 +1,4 @@
-"""The cluster's replica manager without processes: a real log manager over a temporary directory,
+"""The cluster's replica manager without processes (tests/replication/): a real log manager over a temporary directory,
 ZooKeeper's partition states kept in memory (``FakeStates``: a write can be held in flight, answer
 a conflict or get no answer), and a cluster view whose live brokers the test sets. States reach the
 replica manager as the metadata cache's watch would deliver them (``Harness.deliver``)."""
@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from typing import Any
-
-import pytest
 
 from gregor.cluster.metadata import BrokerEndpoint
 from gregor.cluster.partition_states import StateConflict, StateUnavailable
@@ -118,10 +116,3 @@ class Harness:
     async def close(self) -> None:
         await self.rm.stop()
         self.logs.shutdown()
-
-
-@pytest.fixture
-def harness(tmp_path):
-    h = Harness(tmp_path)
-    yield h
-    h.logs.shutdown()
