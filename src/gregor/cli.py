@@ -68,6 +68,7 @@ def serve(args: argparse.Namespace) -> int:
     from gregor.broker import Broker
     from gregor.config import BrokerConfig
     from gregor.log.log_manager import DataDirInUse
+    from gregor.server.allocator import tune_allocator
 
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
@@ -80,6 +81,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     for key in config.ignored:
         logging.getLogger("gregor.config").info("ignoring %s: it has no effect on a single Gregor node", key)
+
+    tune_allocator()  # request memory stays with the process between requests (server/allocator.py)
 
     async def run() -> int:
         broker = Broker(config)

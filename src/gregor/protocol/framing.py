@@ -7,7 +7,11 @@ payload is read, so an oversized request costs no memory.
 With a ``reserve`` callback (the broker's queued.max.request.bytes pool), every frame's size is
 reserved when its prefix is read, before its payload is taken in; if the reservation is refused the
 decoder stops there (``blocked``), keeps what it has, and carries on at the next ``feed`` call.
-The payload is buffered as it arrives, never preallocated from the prefix.
+The payload is buffered as it arrives, never preallocated from the prefix: the chunks received are
+kept as they are (a list) and a frame is made with one join of exactly its size once all of it has
+arrived. Growing one buffer chunk by chunk instead cost a reallocation per chunk and a copy of the
+frame out of it, on freshly faulted pages for every 1 MB produce request (bench: about 0.14 s of
+broker CPU per GB produced).
 """
 
 from __future__ import annotations
@@ -27,28 +31,27 @@ class FrameDecoder:
         self.max_frame_bytes = max_frame_bytes
         self.reserve = reserve
         self.blocked = False  # the last frame's reservation was refused; feed again to retry
-        self._buf = bytearray()
-        self._need: int | None = None  # payload size of the frame being read
+        self._parts: list[bytes | memoryview] = []  # received and not yet framed, in order
+        self._len = 0  # bytes in ``_parts``
+        self._need: int | None = None  # payload size of the frame being read (its prefix taken)
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every complete frame payload they finish."""
         frames: list[bytes] = []
         self.blocked = False
-        if not self._buf and self._need is None:
+        if not self._parts and self._need is None:
             # fast path: nothing pending, slice frames straight out of what arrived
             pos = self._split(data, frames)
             if pos == len(data):
                 return frames
-            data = data[pos:]
-        self._buf += data
-        buf = self._buf
-        pos = 0
-        end = len(buf)
+            self._append(memoryview(data)[pos:] if pos else data)
+        else:
+            self._append(data)
         while True:
             if self._need is None:
-                if end - pos < 4:
+                if self._len < 4:
                     break
-                (size,) = _SIZE.unpack_from(buf, pos)
+                (size,) = _SIZE.unpack(self._peek(4))
                 if size < 0:
                     raise FrameError(f"negative frame size {size}")
                 if size > self.max_frame_bytes:
@@ -58,17 +61,61 @@ class FrameDecoder:
                 if self.reserve is not None and not self.reserve(size):
                     self.blocked = True
                     break
+                self._take(4)
                 self._need = size
-                pos += 4
-            if end - pos < self._need:
+            if self._len < self._need:
                 break
-            with memoryview(buf) as mv:
-                frames.append(bytes(mv[pos : pos + self._need]))
-            pos += self._need
+            frames.append(self._take(self._need))
             self._need = None
-        if pos:
-            del buf[:pos]
         return frames
+
+    def _append(self, data: bytes | memoryview) -> None:
+        if len(data):
+            self._parts.append(data)
+            self._len += len(data)
+
+    def _peek(self, n: int) -> bytes:
+        """The first ``n`` buffered bytes, left in place (``n`` <= what is buffered)."""
+        first = self._parts[0]
+        if len(first) >= n:
+            return bytes(first[:n])
+        out = bytearray()
+        for part in self._parts:
+            out += part[: n - len(out)]
+            if len(out) >= n:
+                break
+        return bytes(out)
+
+    def _take(self, n: int) -> bytes:
+        """The first ``n`` buffered bytes as one bytes object, removed (``n`` <= what is
+        buffered): the chunk itself when a frame is exactly one chunk, else one copy."""
+        if n == 0:
+            return b""
+        self._len -= n
+        parts = self._parts
+        first = parts[0]
+        if len(first) == n:
+            del parts[0]
+            return first if isinstance(first, bytes) else bytes(first)
+        if len(first) > n:
+            view = first if isinstance(first, memoryview) else memoryview(first)
+            parts[0] = view[n:]
+            return bytes(view[:n])
+        got = 0
+        whole = 0  # chunks wholly in the frame
+        while got + len(parts[whole]) <= n:
+            got += len(parts[whole])
+            whole += 1
+            if got == n:
+                break
+        pieces = parts[:whole]
+        if got < n:
+            last = parts[whole]
+            view = last if isinstance(last, memoryview) else memoryview(last)
+            pieces.append(view[: n - got])
+            parts[whole] = view[n - got:]
+        del parts[:whole]
+        return b"".join(pieces)
 
     def _split(self, data: bytes, frames: list[bytes]) -> int:
         """Whole frames at the start of ``data``; returns where the first incomplete one starts."""
@@ -86,7 +133,7 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._len
 
 
 def frame(payload: bytes) -> bytes:
