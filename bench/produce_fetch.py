@@ -1,6 +1,8 @@
 """Produce and fetch throughput of 1 KiB messages with the confluent-kafka client, against Gregor
 and, in the same run with the same client settings, against librdkafka's mock cluster and Tansu,
-plus a raw loopback-socket baseline. Prints MB/s, messages/s and ratios.
+plus a raw loopback-socket baseline. Prints MB/s, messages/s and ratios, and for Gregor the broker's
+CPU seconds (user + system, every thread) per GB produced and fetched: on a shared machine whose
+load moves, the CPU figure says what the broker spends even when the wall clock does not.
 
     python bench/produce_fetch.py [--messages 300000] [--size 1024] [--partitions 1]
 """
@@ -8,11 +10,14 @@ plus a raw loopback-socket baseline. Prints MB/s, messages/s and ratios.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -26,6 +31,18 @@ PRODUCER = {"linger.ms": 5, "batch.size": 1_000_000, "acks": "all", "queue.buffe
 CONSUMER = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760, "fetch.wait.max.ms": 100,
             "queued.min.messages": 200_000, "enable.auto.commit": False, "group.id": "bench",
             "fetch.queue.backoff.ms": 0}  # librdkafka's default (1 s) stalls a fast reader: see docs/spark.md
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds a process has used (0 when unknown)."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> int:
@@ -117,6 +134,15 @@ def loopback(total: int, chunk: int = 1 << 20) -> float:
     return elapsed
 
 
+def _no_pid(target: Any) -> Any:
+    """A peer whose process is not ours to measure: (bootstrap, None)."""
+    @contextlib.contextmanager
+    def run() -> Iterator[tuple[str | None, None]]:
+        with target() as bootstrap:
+            yield bootstrap, None
+    return run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=300_000)
@@ -131,23 +157,30 @@ def main() -> None:
     mport = peers.free_port()
     # "gregor": defaults plus the Prometheus endpoint (consumption counted per group);
     # "gregor-no-metrics": endpoint and telemetry off, nothing counted: the ratio is their cost
-    targets = [("gregor-no-metrics", lambda: peers.gregor("telemetry.interval.ms=0")),
-               ("gregor", lambda: peers.gregor(f"metrics.listener=http://127.0.0.1:{mport}")),
-               ("mock", peers.mock_cluster), ("tansu", peers.tansu)]
+    targets = [("gregor-no-metrics", lambda: peers.gregor_process("telemetry.interval.ms=0")),
+               ("gregor", lambda: peers.gregor_process(f"metrics.listener=http://127.0.0.1:{mport}")),
+               ("mock", _no_pid(peers.mock_cluster)), ("tansu", _no_pid(peers.tansu))]
     for name, ctx in targets:
         if args.only and name not in args.only:
             continue
-        with ctx() as bootstrap:
+        with ctx() as (bootstrap, proc):
             if bootstrap is None:
                 print(f"{name}: not available, skipped")
                 continue
+            pid = proc.pid if proc is not None else None
             topic = f"bench-{name}"
             partitions = create_topic(bootstrap, topic, args.partitions)
+            c0 = process_cpu(pid)
             tp = produce(bootstrap, topic, n, size)
+            c1 = process_cpu(pid)
             tf, fetched, fbytes = fetch(bootstrap, topic, partitions)
+            c2 = process_cpu(pid)
             results[name] = (mb / tp, fbytes / 1e6 / tf)
+            cpu = (f" | broker CPU: produce {(c1 - c0) / (mb / 1000):.2f} s/GB, fetch "
+                   f"{(c2 - c1) / (fbytes / 1e9):.2f} s/GB" if pid is not None else "")
             print(f"{name:17s} produce {mb / tp:8.1f} MB/s {n / tp:10.0f} msg/s | "
-                  f"fetch {fbytes / 1e6 / tf:8.1f} MB/s {fetched / tf:10.0f} msg/s ({fetched} messages)", flush=True)
+                  f"fetch {fbytes / 1e6 / tf:8.1f} MB/s {fetched / tf:10.0f} msg/s ({fetched} messages){cpu}",
+                  flush=True)
     lb = loopback(int(mb * 1e6))
     print(f"loopback socket {mb / lb:8.1f} MB/s (one connection, 1 MiB sends)")
     if "gregor" in results:
