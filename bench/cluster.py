@@ -817,8 +817,10 @@ class GroupPoller:
             else:
                 by_address.setdefault(address, []).append(g)
         for address, gs in by_address.items():
+            # require_stable, as consumers ask (librdkafka's read_committed default, the Java
+            # consumer): the answer waits for what the new coordinator loaded to be committed
             body = {"groups": [{"group_id": g, "topics": [{"name": self.topic, "partition_indexes": [0]}]} for g in gs],
-                    "require_stable": False}
+                    "require_stable": True}
             try:
                 response = self.links[address].calls(ApiKey.OFFSET_FETCH, 8, [body])[0]
             except OSError as e:

@@ -430,9 +430,11 @@ def test_list_offsets_by_timestamp_answers_only_below_the_high_watermark(cluster
 def test_offset_fetch_does_not_show_a_commit_the_isr_does_not_have(cluster_factory):
     """The offsets partition's followers are paused: a commit is appended by its leader and waits
     for them. Meanwhile another client's OffsetFetch answers the offset committed before (before the
-    fix it answered the pending one, which is lost if the leader fails now)."""
+    fix it answered the pending one, which is lost if the leader fails now); one that asks for stable
+    offsets (as consumers do) waits for the commit instead, and gets it once it is replicated."""
     cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "offsets.topic.num.partitions": "1",
                                             "offsets.topic.replication.factor": "3",
+                                            "zookeeper.session.timeout.ms": "30000",  # the pause outlasts 4 s
                                             "replica.lag.time.max.ms": "30000", "offsets.commit.timeout.ms": "4000"})
     create(cluster, "t", [[1, 2, 3]])
     wait_for(lambda: _commit(cluster.bootstrap, "g", 5) == ErrorCode.none, 60, "a first commit")
@@ -451,16 +453,23 @@ def test_offset_fetch_does_not_show_a_commit_the_isr_does_not_have(cluster_facto
         t.join(15)
         assert pending == [ErrorCode.coordinator_not_available]  # not replicated in time
         assert _fetched(address, "g") == 5
+        stable: list[int] = []
+        s = threading.Thread(target=lambda: stable.append(_fetched(address, "g", stable=True)), daemon=True)
+        s.start()
+        time.sleep(1)
+        assert not stable  # it waits for the commit before it
     finally:
         for b in followers:
             cluster.resume(b)
+    s.join(15)
+    assert stable == [42]
     # the record is in the leader's log: once the followers have it, it is committed (as in Kafka)
     wait_for(lambda: _fetched(address, "g") == 42, 30, "the commit to be replicated")
 
 
-def _fetched(address: str, group: str) -> int:
+def _fetched(address: str, group: str, stable: bool = False) -> int:
     resp = call(address, ApiKey.OFFSET_FETCH, 8, {
-        "groups": [{"group_id": group, "topics": [{"name": "t", "partition_indexes": [0]}]}], "require_stable": False})
+        "groups": [{"group_id": group, "topics": [{"name": "t", "partition_indexes": [0]}]}], "require_stable": stable})
     g = resp.groups[0]
     assert g.error_code == ErrorCode.none, ErrorCode(g.error_code).name
     return g.topics[0].partitions[0].committed_offset

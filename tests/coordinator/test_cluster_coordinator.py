@@ -128,7 +128,7 @@ async def test_a_commit_is_answered_only_once_the_isr_has_it(node) -> None:
     assert not pending.done()  # in the leader's log, not yet on the followers
     node.replicate()
     assert (await pending)[("orders", 0)] == ErrorCode.none
-    assert node.groups.fetch_offsets(GROUP, None)
+    assert await node.groups.fetch_offsets(GROUP, None)
 
 
 @aio
@@ -144,7 +144,7 @@ async def test_a_write_in_flight_when_leadership_is_lost_is_answered_not_coordin
     assert e.value.code == ErrorCode.not_coordinator
     # and the next request is told where to go
     with pytest.raises(KafkaError) as e:
-        node.groups.fetch_offsets(GROUP, None)
+        await node.groups.fetch_offsets(GROUP, None)
     assert e.value.code == ErrorCode.not_coordinator
     assert "led by broker 2" in e.value.message
 

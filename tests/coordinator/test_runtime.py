@@ -10,6 +10,7 @@ from gregor.coordinator.group.api import CommitPartition, CommitRequest, Heartbe
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.partition_writer import LogWriter
+from gregor.coordinator.runtime.result import CoordinatorResult
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.log.partition_log import PartitionLog, now_ms
 from gregor.protocol.consumer_offsets import (
@@ -329,6 +330,47 @@ def test_on_one_node_nothing_is_kept_for_committed_reads(plog):
             rt.execute(lambda s, i=i: s.commit_offsets(commit_request("g", {0: i})))
         assert len(rt.shard.committed_reads) == 0
         assert offsets_of(rt) == {("t", 0): 9}
+        rt.unload()
+
+    asyncio.run(run())
+
+
+def test_a_stable_offset_fetch_waits_for_the_writes_before_it(plog):
+    """OffsetFetch with require_stable (what consumers send) is an operation that writes nothing:
+    answered once the writes before it are committed, with every offset written (Kafka runs it as
+    a write operation for that reason)."""
+    async def run():
+        rt = make_runtime(plog, replicated=True)
+        rt.start_loading()
+        await rt.wait_loaded()
+        rt.execute(lambda s: s.commit_offsets(commit_request("g", {0: 5})))
+        stable = asyncio.ensure_future(resolve(rt.execute(
+            lambda s: CoordinatorResult([], s.fetch_offsets("g", None, latest=True)))))
+        await asyncio.sleep(0.01)
+        assert not stable.done() and offsets_of(rt) == {}
+        commit_to(plog, rt, plog.log_end_offset)
+        assert {tp: v.offset for tp, v in await stable} == {("t", 0): 5}
+        rt.unload()
+
+    asyncio.run(run())
+
+
+def test_a_loaded_tail_holds_back_what_waits_for_the_writes_before_it(plog):
+    append(plog, [(OffsetCommitKey("g", "t", 0), OffsetCommitValue(1, "", now_ms()))])
+    append(plog, [(OffsetCommitKey("g", "t", 0), OffsetCommitValue(2, "", now_ms()))])
+    plog.replicated = True
+    plog.update_high_watermark(1)
+
+    async def run():
+        rt = make_runtime(plog, replicated=True)
+        rt.start_loading()
+        await rt.wait_loaded()
+        stable = asyncio.ensure_future(resolve(rt.execute(
+            lambda s: CoordinatorResult([], s.fetch_offsets("g", None, latest=True)))))
+        await asyncio.sleep(0.01)
+        assert not stable.done()
+        commit_to(plog, rt, plog.log_end_offset)
+        assert {tp: v.offset for tp, v in await stable} == {("t", 0): 2}
         rt.unload()
 
     asyncio.run(run())

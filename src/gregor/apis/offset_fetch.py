@@ -1,6 +1,8 @@
 """OffsetFetch (9): one group (v1-v7) or many (v8+); all partitions when topics is null (v2+).
 Partitions without a commit answer offset -1, as Kafka does. v9 names the member asking, which a
-consumer-protocol group checks (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)."""
+consumer-protocol group checks (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH). ``require_stable`` (v7+,
+what consumers send) waits for the writes before it to be committed; without it the offsets are
+read at the committed offset at once (coordinator/group/service.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 
-def fetch_group(ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None,
-                member_epoch: int = -1) -> tuple[ErrorCode, list[dict[str, Any]]]:
+async def fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool,
+                      member_id: str | None = None, member_epoch: int = -1) -> tuple[ErrorCode, list[dict[str, Any]]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     try:
-        rows = ctx.groups.fetch_offsets(group_id, wanted, member_id, member_epoch)
+        rows = await ctx.groups.fetch_offsets(group_id, wanted, member_id, member_epoch, require_stable)
     except KafkaError as e:
         if wanted is None:
             return e.code, []
@@ -38,14 +40,15 @@ def _by_topic(rows: list[tuple[tuple[str, int], Any, ErrorCode]]) -> list[dict[s
 
 @handles(ApiKey.OFFSET_FETCH, 1, 9)
 async def offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    stable = bool(getattr(req, "require_stable", False))  # v7+
     if ctx.version >= 8:
         groups = []
         for g in req.groups:
             member = (g.member_id, g.member_epoch) if ctx.version >= 9 else (None, -1)
-            code, topics = fetch_group(ctx, g.group_id, g.topics, *member)
+            code, topics = await fetch_group(ctx, g.group_id, g.topics, stable, *member)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
         return {"throttle_time": 0, "groups": groups}
-    code, topics = fetch_group(ctx, req.group_id, req.topics)
+    code, topics = await fetch_group(ctx, req.group_id, req.topics, stable)
     if ctx.version < 2 and code:
         # v0-v1 have no top-level error: it goes on every partition
         for t in topics:

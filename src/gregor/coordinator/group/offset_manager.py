@@ -109,11 +109,12 @@ class OffsetManager:
 
     # -- OffsetFetch -------------------------------------------------------------------------
     def fetch(self, group_id: str, partitions: list[TopicPartition] | None, member_id: str | None = None,
-              member_epoch: int = -1) -> OffsetFetchResult:
+              member_epoch: int = -1, latest: bool = False) -> OffsetFetchResult:
         """Committed offsets. OffsetFetch v9 names the member asking: for a consumer-protocol group
         it must be a member at its epoch (Kafka's ConsumerGroup.validateOffsetFetch), else
         UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH; without a member (admin tools, older clients)
-        anyone may read. Classic groups do not check the member, as in Kafka."""
+        anyone may read. Classic groups do not check the member, as in Kafka. The offsets are
+        those at the partition's committed offset, or (``latest``) every one written."""
         consumer = self.ctx.consumer_groups.get(group_id)
         if consumer is not None and (member_id or member_epoch >= 0):  # Kafka: null and -1; "" too here
             member = consumer.members.get(member_id or "")
@@ -128,7 +129,7 @@ class OffsetManager:
                 raise KafkaError(ErrorCode.stale_member_epoch,
                                  f"The member epoch {member_epoch} of member {member_id} is stale: the member "
                                  f"is at epoch {member.member_epoch}.")
-        committed = self.committed_offsets(group_id)
+        committed = self.offsets.get(group_id, {}) if latest else self.committed_offsets(group_id)
         if partitions is None:
             return sorted(committed.items())
         return [(tp, committed.get(tp)) for tp in partitions]

@@ -433,10 +433,22 @@ class GroupCoordinatorService:
         errors: CommitResult = await self._write(req.group_id, lambda shard: shard.commit_offsets(req), timeout=True)
         return errors
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, member_id: str | None = None,
-                      member_epoch: int = -1) -> OffsetFetchResult:
+    async def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
+                            member_id: str | None = None, member_epoch: int = -1,
+                            require_stable: bool = False) -> OffsetFetchResult:
         """OffsetFetch: ``partitions`` None for every committed partition; ``member_id`` and
-        ``member_epoch`` (v9) are checked against a consumer-protocol group."""
+        ``member_epoch`` (v9) are checked against a consumer-protocol group.
+
+        As Kafka's coordinator: without ``require_stable`` (admin tools) the offsets at the
+        committed offset of the partition, answered at once; with it (consumers: librdkafka's
+        read_committed default, the Java consumer) every offset written, answered once the writes
+        before it are committed (a new coordinator's loaded tail too), so a consumer starting while
+        commits wait for replication, or right after the coordinator moved, gets the latest
+        committed offsets and never an older one."""
+        if require_stable:
+            stable: OffsetFetchResult = await self._read_committed(
+                group_id, lambda shard: shard.fetch_offsets(group_id, partitions, member_id, member_epoch, latest=True))
+            return stable
         rows: OffsetFetchResult = self._read(
             group_id, lambda shard: shard.fetch_offsets(group_id, partitions, member_id, member_epoch))
         return rows

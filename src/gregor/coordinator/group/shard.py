@@ -216,8 +216,9 @@ class GroupCoordinatorShard:
 
     # -- reads -------------------------------------------------------------------------------
     def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None, member_id: str | None = None,
-                      member_epoch: int = -1) -> OffsetFetchResult:
-        return self.offsets_mgr.fetch(group_id, partitions, member_id, member_epoch)
+                      member_epoch: int = -1, latest: bool = False) -> OffsetFetchResult:
+        """Committed offsets at the partition's committed offset, or (``latest``) as written."""
+        return self.offsets_mgr.fetch(group_id, partitions, member_id, member_epoch, latest)
 
     def describe_group(self, group_id: str) -> GroupDescription:
         if group_id in self.consumer_groups:  # Kafka: DescribeGroups is for classic groups

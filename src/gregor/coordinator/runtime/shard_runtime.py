@@ -111,6 +111,11 @@ class ShardRuntime(Generic[S]):
                 return  # unloaded meanwhile
             seconds = time.perf_counter() - started
             self.load_stats = (count, seconds)
+            end = self.plog.log_end_offset
+            if end > self.committed_offset():
+                # a new leader's tail its followers may not have yet: what waits for the writes
+                # before it (stable reads, answers to operations that write nothing) waits for it too
+                self.writes.add(end, None, ())
             self.state = ShardState.ACTIVE
             self.load_error = None
             shard.on_loaded()
