@@ -91,3 +91,29 @@ def test_controlled_shutdown_moves_leadership_and_leaves_every_isr(cluster_facto
     t.join(90)
     assert not t.is_alive(), "the producer did not finish within 90 s"
     assert not errors, errors[:5]
+
+
+def test_a_broker_starting_while_zookeeper_is_away_waits_for_it(tmp_path, zookeeper_factory):
+    """A broker restarted while ZooKeeper is down (or restarting) waits for it, within
+    zookeeper.connection.timeout.ms, and joins once it is back. (The fault campaign found a broker
+    whose registration met a ConnectionLoss end its start-up with exit code 1: every start-up step
+    now waits for the connection, tests/cluster/controller/test_zk_broker.py.)"""
+    from tests.support.cluster import BrokerCluster
+
+    zk = zookeeper_factory()
+    cluster = BrokerCluster(tmp_path / "cluster", zk, 2, {"zookeeper.session.timeout.ms": "6000",
+                                                           "zookeeper.connection.timeout.ms": "60000"})
+    try:
+        cluster.start()
+        cluster.kill(2)
+        zk.stop()
+        b = cluster.broker(2)
+        b.start(timeout=30)  # listening; joining waits for ZooKeeper
+        time.sleep(3)
+        assert b.alive(), b.output()[-2000:]
+        zk.start()
+        cluster.wait_registered([1, 2], timeout=60)
+        cluster.wait_formed(timeout=60)
+        assert b.alive()
+    finally:
+        cluster.kill_all()

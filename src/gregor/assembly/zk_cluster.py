@@ -9,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from gregor.assembly.parts import BrokerParts
 from gregor.assembly.single_node import _common
@@ -16,7 +17,7 @@ from gregor.cluster.controller import Controller
 from gregor.cluster.meta_properties import store_cluster_id, stored_cluster_id
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.cluster.zk import znodes
-from gregor.cluster.zk.client import ZkClient
+from gregor.cluster.zk.client import ConnectionLoss, SessionExpiredError, ZkClient
 from gregor.cluster.zk.group_configs import ZkGroupConfigs
 from gregor.cluster.zk.metadata import ZkClusterMetadata
 from gregor.cluster.zk.partition_states import ZkPartitionStates
@@ -29,6 +30,8 @@ from gregor.log.topic_registry import TopicRegistry
 from gregor.replication.cluster_replicas import ClusterReplicas
 
 log = logging.getLogger("gregor.broker")
+
+T = TypeVar("T")
 
 LEAVE_TIMEOUT_S = 60  # controlled shutdown (its retries included) and the rest of leaving the cluster
 
@@ -58,14 +61,16 @@ class ZkMembership:
         this broker registered (its roles follow, clients and the controller may use it from then
         on), then the controller election."""
         await self.zk.start()
-        await self.group_configs.start()  # before this broker can coordinate a group
+        # ZooKeeper may go away while this broker starts (restarted, paused): every step waits for
+        # it to come back, as Kafka's retryRequestsUntilConnected (SIGTERM still stops the broker)
+        await until_connected(self.group_configs.start, "reading the group configs")  # before coordinating
         await self.metadata.start()
         self.topics.forget_topics_not_in(set(self.metadata.assignments))
         stored = stored_cluster_id(self.data_dir, self.node_id)
-        self.registrar = BrokerRegistrar(self.zk, znodes.BrokerRegistration(self.node_id, host, port,
-                                                                            self.config["broker.rack"]))
-        self.registrar.add_listener(self.replicas.set_broker_epoch)
-        self.metadata.cluster_id = await self.registrar.start(stored)
+        registrar = self.registrar = BrokerRegistrar(
+            self.zk, znodes.BrokerRegistration(self.node_id, host, port, self.config["broker.rack"]))
+        registrar.add_listener(self.replicas.set_broker_epoch)
+        self.metadata.cluster_id = await until_connected(lambda: registrar.start(stored), "registering this broker")
         if stored is None:
             store_cluster_id(self.data_dir, self.node_id, self.metadata.cluster_id)
         await self.controller.start()
@@ -128,6 +133,19 @@ class ZkMembership:
         if self.registrar is not None:
             await self.registrar.stop()
         await _step("closing the ZooKeeper session", self.zk.stop(), 3)
+
+
+async def until_connected(step: Callable[[], Awaitable[T]], what: str) -> T:
+    """Run an idempotent start-up step again, after a pause, for as long as ZooKeeper's connection is
+    lost or the session expires under it."""
+    delay = 0.1
+    while True:
+        try:
+            return await step()
+        except (ConnectionLoss, SessionExpiredError) as e:
+            log.warning("%s: ZooKeeper did not answer (%s); trying again", what, type(e).__name__)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 async def _step(what: str, step: Awaitable[None], timeout_s: float) -> None:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from gregor.cluster.zk import znodes
-from gregor.cluster.zk.client import ZkClient
+from gregor.cluster.zk.client import ConnectionLoss, ZkClient
 from gregor.cluster.zk.registration import BrokerIdInUse, BrokerRegistrar, InconsistentClusterId
 from tests.cluster.controller.harness import SESSION_MS, Cluster, eventually, run
 
@@ -116,3 +116,34 @@ async def _registered_again(c, node, first_epoch: int):
     if stat is not None and stat.czxid > first_epoch and node.epoch == stat.czxid:
         return True
     return None
+
+
+class LosingZkClient(ZkClient):
+    """A session whose first ``losses`` multi-ops fail with ConnectionLoss after being applied (the
+    answer is lost with the connection), as when ZooKeeper goes away in the middle of a start-up."""
+
+    losses = 1
+
+    async def multi(self, ops):  # type: ignore[override]
+        results = await super().multi(ops)
+        if self.losses > 0:
+            self.losses -= 1
+            raise ConnectionLoss()
+        return results
+
+
+def test_a_registration_whose_answer_is_lost_is_made_once(connect):
+    """The registration's multi-op is applied but its answer is lost: the registrar asks again,
+    finds its own session's node, and carries on (before, the ConnectionLoss ended the broker's
+    start-up with exit code 1; the fault campaign met it with ZooKeeper restarting)."""
+    async def scenario() -> None:
+        zk = LosingZkClient(connect, SESSION_MS)
+        await zk.start()
+        try:
+            reg = BrokerRegistrar(zk, registration(7, 9007))
+            await asyncio.wait_for(reg.start(None), 20)
+            stat = await zk.exists(znodes.broker_path(7))
+            assert stat is not None and stat.ephemeralOwner == zk.session_id and reg.broker_epoch == stat.czxid
+        finally:
+            await zk.stop()
+    run(scenario())

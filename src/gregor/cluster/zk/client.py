@@ -188,7 +188,10 @@ class ZkClient:
         mapped = {KazooState.CONNECTED: ZkSession.CONNECTED, KazooState.SUSPENDED: ZkSession.SUSPENDED,
                   KazooState.LOST: ZkSession.EXPIRED}[state]
         if self._loop is not None and not self._closing:
-            self._loop.call_soon_threadsafe(self._deliver_state, mapped)
+            try:
+                self._loop.call_soon_threadsafe(self._deliver_state, mapped)
+            except RuntimeError:  # the event loop is closed: the process is ending
+                pass
 
     def _deliver_state(self, state: ZkSession) -> None:
         if self._closing:

@@ -29,7 +29,16 @@ from collections.abc import Callable
 
 from gregor.cluster.meta_properties import random_cluster_id
 from gregor.cluster.zk import znodes
-from gregor.cluster.zk.client import NodeExistsError, NoNodeError, Op, ZkClient, ZkSession, ZnodeStat
+from gregor.cluster.zk.client import (
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    Op,
+    SessionExpiredError,
+    ZkClient,
+    ZkSession,
+    ZnodeStat,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +125,10 @@ class BrokerRegistrar:
                 break
             except NodeExistsError:
                 pass
+            except (ConnectionLoss, SessionExpiredError):
+                # applied or not: the next attempt finds this session's node, or creates it
+                await asyncio.sleep(0.2)
+                continue
             existing = await self._existing()
             if existing is None:  # went away meanwhile
                 continue
