@@ -20,6 +20,8 @@ before the fix (run with the previous main's sources on PYTHONPATH).
 - 9: a broker in controlled shutdown stops fetching before it is taken back into an ISR.
 - 10: a new leader answers a follower that is ahead of it UNKNOWN_LEADER_EPOCH, not
   NOT_LEADER_OR_FOLLOWER.
+- 11 (found by the fault campaign): a coordinator paused past its session does not answer from
+  the state it had before the pause once it resumes.
 """
 
 from __future__ import annotations
@@ -465,6 +467,45 @@ def test_offset_fetch_does_not_show_a_commit_the_isr_does_not_have(cluster_facto
     assert stable == [42]
     # the record is in the leader's log: once the followers have it, it is committed (as in Kafka)
     wait_for(lambda: _fetched(address, "g") == 42, 30, "the commit to be replicated")
+
+
+def test_a_coordinator_paused_past_its_session_does_not_answer_from_stale_state(cluster_factory):
+    """SIGSTOP the group's coordinator past its ZooKeeper session; the new coordinator takes a
+    commit. An OffsetFetch waiting in the old coordinator's socket when it resumes must not be
+    answered from its memory (the offset committed before the pause): its session expired, it is no
+    longer anyone's leader, but it takes a few hundred ms to hear so from ZooKeeper. Before the fix
+    it answered the stale offset; a broker that notices it was paused checks its session first."""
+    cluster = cluster_factory(3, overrides={**FAST_DEFAULT_LAG, "offsets.topic.num.partitions": "1",
+                                            "offsets.topic.replication.factor": "3"})
+    create(cluster, "t", [[1, 2, 3]])
+    wait_for(lambda: _commit(cluster.bootstrap, "g", 5) == ErrorCode.none, 60, "a first commit")
+    coord = state_of(cluster, "__consumer_offsets").leader
+    wait_full_isr(cluster, "__consumer_offsets", 1)
+    rest = ",".join(cluster.broker(b).bootstrap for b in others(cluster, coord))
+    wire = WireClient(cluster.broker(coord).bootstrap, timeout=30)
+    try:
+        cluster.pause(coord)
+        try:
+            wait_states(cluster, "__consumer_offsets", 1, lambda st: st.leader not in (coord, -1), 60,
+                        "a new coordinator")
+            wait_for(lambda: _commit(rest, "g", 42) == ErrorCode.none, 60, "a commit at the new coordinator")
+            answers: list[Any] = []
+            t = threading.Thread(target=lambda: answers.append(wire.call(ApiKey.OFFSET_FETCH, 8, {
+                "groups": [{"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]}],
+                "require_stable": False})), daemon=True)
+            t.start()
+            time.sleep(0.5)  # the request waits in the paused broker's socket
+        finally:
+            cluster.resume(coord)
+        t.join(30)
+    finally:
+        wire.close()
+    assert answers, "no answer"
+    g = answers[0].groups[0]
+    if g.error_code == ErrorCode.none:
+        assert g.topics[0].partitions[0].committed_offset == 42, "answered the offset of before the pause"
+    else:
+        assert g.error_code == ErrorCode.not_coordinator, ErrorCode(g.error_code).name
 
 
 def _fetched(address: str, group: str, stable: bool = False) -> int:

@@ -23,6 +23,7 @@ from gregor.cluster.zk.metadata import ZkClusterMetadata
 from gregor.cluster.zk.partition_states import ZkPartitionStates
 from gregor.cluster.zk.producer_ids import ZkProducerIdManager
 from gregor.cluster.zk.registration import BrokerRegistrar
+from gregor.cluster.zk.session_guard import SessionGuard
 from gregor.cluster.zk.topic_admin import ZkTopicAdmin
 from gregor.config import BrokerConfig
 from gregor.log.log_manager import LogManager
@@ -50,6 +51,8 @@ class ZkMembership:
         self.group_configs = group_configs
         self.data_dir = data_dir
         self.registrar: BrokerRegistrar | None = None
+        self.session_guard = SessionGuard(zk, znodes.broker_path(self.node_id), zk.session_timeout_ms)
+        replicas.trusted = self.session_guard.trusted
         self._joined = False  # registered (a controlled shutdown makes sense)
 
     def open_storage(self, data_dir: Path, cluster: ClusterMetadata) -> None:
@@ -73,6 +76,7 @@ class ZkMembership:
         self.metadata.cluster_id = await until_connected(lambda: registrar.start(stored), "registering this broker")
         if stored is None:
             store_cluster_id(self.data_dir, self.node_id, self.metadata.cluster_id)
+        await self.session_guard.start()
         await self.controller.start()
         # ready means usable: a client's first Metadata names a controller (librdkafka sends
         # CreateTopics only to a known controller and may wait minutes for its next refresh)
@@ -117,6 +121,7 @@ class ZkMembership:
         # leaders can still be found (its own leaderships have moved away)
         await final_telemetry()
         await _step("stopping the replicas", self.replicas.stop(), 5)
+        await self.session_guard.stop()
         if self.registrar is not None:
             await self.registrar.stop()
         await self.metadata.stop()
@@ -130,6 +135,7 @@ class ZkMembership:
         """The log directory failed: close the session now, so that this broker's registration
         goes at once and the controller moves its leaderships (rather than after the session
         timeout)."""
+        await self.session_guard.stop()
         if self.registrar is not None:
             await self.registrar.stop()
         await _step("closing the ZooKeeper session", self.zk.stop(), 3)

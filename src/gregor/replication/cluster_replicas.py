@@ -96,6 +96,9 @@ class ClusterReplicas(ReplicaManager):
         self._shutting_down = False
         self._stopped = False
         self._waiting_noted: set[TopicPartition] = set()
+        # False while this broker cannot be sure it is still registered (its process was paused:
+        # cluster/zk/session_guard.py): it then leads nothing
+        self.trusted: Callable[[], bool] = lambda: True
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -379,8 +382,9 @@ class ClusterReplicas(ReplicaManager):
         if part is None:
             raise self._not_hosted(topic, partition)
         part.check_epoch(current_leader_epoch)  # first, as Kafka's getLocalLog
-        if not part.is_leader:
-            why = " (its log directory failed)" if self.failed else ""
+        if not part.is_leader or not self.trusted():
+            why = (" (its log directory failed)" if self.failed else
+                   " (it is confirming its ZooKeeper session after a pause)" if part.is_leader else "")
             raise KafkaError(ErrorCode.not_leader_or_follower,
                              f"broker {self.node_id} is not the leader of {topic}-{partition}{why} "
                              f"(leader: {part.leader})")

@@ -306,8 +306,13 @@ class GroupCoordinatorService:
     def _runtime_for(self, group_id: str) -> ShardRuntime[GroupCoordinatorShard]:
         partition = self.partition_for(group_id)
         runtime = self.runtimes.get(partition)
-        if runtime is None:
-            raise self._unavailable(partition, KafkaError(ErrorCode.not_coordinator, self._not_here(partition)))
+        # a runtime is unloaded when its leadership goes; until then, and while this broker cannot
+        # trust its leaderships (a paused broker confirming its session), it coordinates nothing
+        if runtime is None or not self.replicas.leads(OFFSETS_TOPIC, partition):
+            why = self._not_here(partition) if runtime is None else (
+                f"{OFFSETS_TOPIC}-{partition} is loaded here but this broker cannot act as its leader now "
+                "(its leadership is going, or it is confirming its ZooKeeper session after a pause)")
+            raise self._unavailable(partition, KafkaError(ErrorCode.not_coordinator, why))
         return runtime
 
     def _not_here(self, partition: int) -> str:
