@@ -69,8 +69,11 @@ cluster: $(CORE_STAMP) zookeeper-deps
 lag-report: $(STAMP) java-deps
 	$(BIN)/gregor lag-report $(ARGS)
 
+# Three workers: most cluster tests wait on timeouts, not on the CPU; a test file runs on one
+# worker (its module fixtures are started once). PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 3
 test: setup
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -68,6 +68,12 @@ def create(cluster: BrokerCluster, name: str, assignment: list[list[int]], confi
                              operation_timeout=30)
     fs[name].result(30)
     wait_states(cluster, name, len(assignment), lambda st: st.leader >= 0, 30, f"{name} to have leaders")
+    # and each leader has been told (the controller's LeaderAndIsr follows the ZooKeeper state)
+    for p in range(len(assignment)):
+        leader_id = state_of(cluster, name, p).leader
+        leader = cluster.broker(leader_id).bootstrap
+        wait_for(lambda p=p, leader=leader: list_offset(leader, name, p, -1)[0] == ErrorCode.none, 30,
+                 f"broker {leader_id} to lead {name}-{p}")
 
 
 def state_of(cluster: BrokerCluster, topic: str, partition: int = 0) -> zn.PartitionState:

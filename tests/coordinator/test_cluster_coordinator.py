@@ -14,7 +14,7 @@ import pytest
 from gregor.cluster.metadata import BrokerEndpoint, ClusterMetadata, PartitionLeadership
 from gregor.cluster.topic_admin import TopicAdmin
 from gregor.config import BrokerConfig
-from gregor.coordinator.group.api import CommitPartition, CommitRequest
+from gregor.coordinator.group.api import CommitPartition, CommitRequest, ConsumerHeartbeatRequest
 from gregor.coordinator.group.locator import ReasonLog, leaderless_reason, offsets_topic_short_of_brokers
 from gregor.coordinator.group.service import GroupCoordinatorService
 from gregor.log.log_manager import LogManager
@@ -147,6 +147,33 @@ async def test_a_write_in_flight_when_leadership_is_lost_is_answered_not_coordin
         await node.groups.fetch_offsets(GROUP, None)
     assert e.value.code == ErrorCode.not_coordinator
     assert "led by broker 2" in e.value.message
+
+
+@aio
+async def test_a_stable_offset_fetch_refused_by_the_group_is_an_answer_not_a_failed_write(node, caplog) -> None:
+    """OffsetFetch with require_stable runs as a write operation; a member check that refuses it
+    (an unknown member of a consumer-protocol group, a stale epoch) is its answer. Found by the
+    fuzzer: it was taken for a failed write, logged as an error and the shard reloaded."""
+    node.lead()
+    await node.groups.wait_loaded()
+    beat = asyncio.ensure_future(node.groups.consumer_group_heartbeat(ConsumerHeartbeatRequest(
+        GROUP, "m1", 0, rebalance_timeout_ms=30000, subscribed_topic_names=["orders"], owned={})))
+    await asyncio.sleep(0.05)
+    node.replicate()
+    member = await asyncio.wait_for(beat, 5)
+    assert member.error == ErrorCode.none and member.member_epoch >= 1
+    with caplog.at_level(logging.INFO, "gregor.coordinator"):
+        for member_id, epoch, code in [("nobody", 3, ErrorCode.unknown_member_id),
+                                       ("m1", member.member_epoch + 1, ErrorCode.stale_member_epoch)]:
+            with pytest.raises(KafkaError) as e:
+                await asyncio.wait_for(node.groups.fetch_offsets(GROUP, None, member_id, epoch,
+                                                                 require_stable=True), 5)
+            assert e.value.code == code
+    assert "coordinator operation failed" not in caplog.text
+    assert "reloading" not in caplog.text.lower()
+    stable = await asyncio.wait_for(node.groups.fetch_offsets(GROUP, None, "m1", member.member_epoch,
+                                                              require_stable=True), 5)
+    assert stable == []
 
 
 @aio

@@ -373,8 +373,16 @@ class GroupCoordinatorService:
     async def _read_committed(self, group_id: str, fn: Callable[[GroupCoordinatorShard], Any]) -> Any:
         """A read answered once the writes before it are committed: it runs now, as an operation
         that writes nothing, which the runtime answers no earlier than the writes before it."""
-        return await self._write(group_id, lambda shard: CoordinatorResult([], fn(shard)), timeout=True,
-                                 check_isr=False)
+        def op(shard: GroupCoordinatorShard) -> CoordinatorResult[Any]:
+            try:
+                return CoordinatorResult([], fn(shard))
+            except KafkaError as e:  # the read's answer (STALE_MEMBER_EPOCH, ...), not a failed write
+                return CoordinatorResult([], e)
+
+        answer = await self._write(group_id, op, timeout=True, check_isr=False)
+        if isinstance(answer, KafkaError):
+            raise answer
+        return answer
 
     def _read(self, group_id: str, fn: Callable[[GroupCoordinatorShard], Any]) -> Any:
         runtime = self._runtime_for(group_id)
