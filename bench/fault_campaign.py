@@ -77,7 +77,7 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parent.parent))  # tests.support; PYTHONPATH comes first
 
-from confluent_kafka import KafkaError, KafkaException, Producer  # noqa: E402
+from confluent_kafka import KafkaError  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 from kazoo.client import KazooClient  # noqa: E402
 from kazoo.exceptions import NoNodeError  # noqa: E402
@@ -193,32 +193,8 @@ class TaggedProducer(ContinuousProducer):
                     self.no_offset.append((msg.partition(), msg.value(), time.monotonic()))
         super()._done(err, msg)
 
-    def _run(self) -> None:  # ContinuousProducer._run with the tag in the values
-        producer = Producer(self.config)
-        seq = [0] * self.partitions
-        i = 0
-        while not self._stop.is_set():
-            with self._lock:
-                outstanding = [seq[p] - len(self.acked[p]) - self._failed[p] for p in range(self.partitions)]
-            ready = [p for p in range(self.partitions) if outstanding[p] < self.max_outstanding]
-            if not ready:
-                producer.poll(0.05)
-                continue
-            p = min(ready, key=lambda q: (q - i) % self.partitions)
-            try:
-                producer.produce(self.topic, f"{p}:{seq[p]:09d}:{self.tag}".encode(), partition=p,
-                                 on_delivery=self._done)
-            except BufferError:
-                producer.poll(0.1)
-                continue
-            except KafkaException as e:
-                self.fatal.append(str(e))
-                break
-            seq[p] += 1
-            i = p + 1
-            producer.poll(0)
-            time.sleep(self.pause_s)
-        self.unflushed = producer.flush(120)
+    def value(self, partition: int, seq: int) -> bytes:
+        return f"{partition}:{seq:09d}:{self.tag}".encode()
 
     def stop_quietly(self) -> None:
         try:

@@ -32,17 +32,23 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-# -- roles for the current registration (defect 0) -------------------------------------------------
-@aio
-async def test_no_role_before_the_broker_is_registered(h: Harness) -> None:
-    await h.rm.start()  # not registered yet
-    h.store.controller_write(0, ME, 3, [1, 2, 3])
+def deliver_and_refuse(h: Harness):
+    """Deliver the state of partition 0: the broker must not lead it (produce is refused)."""
     h.deliver(0)
     part = h.rm.partitions[(TOPIC, 0)]
     assert not part.is_leader and h.leadership == []
     with pytest.raises(KafkaError) as e:
         h.produce()
     assert e.value.code == ErrorCode.not_leader_or_follower
+    return part
+
+
+# -- roles for the current registration (defect 0) -------------------------------------------------
+@aio
+async def test_no_role_before_the_broker_is_registered(h: Harness) -> None:
+    await h.rm.start()  # not registered yet
+    h.store.controller_write(0, ME, 3, [1, 2, 3])
+    deliver_and_refuse(h)
 
 
 @aio
@@ -54,12 +60,7 @@ async def test_a_leadership_written_before_the_registration_waits_for_the_contro
     await h.rm.start()
     h.store.controller_write(0, ME, 3, [1, 2, 3])  # written before this registration
     h.rm.set_broker_epoch(h.store.next_zxid())  # registered now
-    h.deliver(0)
-    part = h.rm.partitions[(TOPIC, 0)]
-    assert not part.is_leader and h.leadership == []
-    with pytest.raises(KafkaError) as e:
-        h.produce()
-    assert e.value.code == ErrorCode.not_leader_or_follower
+    part = deliver_and_refuse(h)
     h.lead(0, epoch=5)  # the controller confirms it for this registration
     assert part.is_leader and part.leader_epoch == 5 and h.leadership == [(0, 5, True)]
 

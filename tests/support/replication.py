@@ -172,6 +172,10 @@ class ContinuousProducer:
         self._thread.start()
         return self
 
+    def value(self, partition: int, seq: int) -> bytes:
+        """The value of the ``seq``-th record produced to ``partition``."""
+        return f"{partition}:{seq:09d}".encode()
+
     def _run(self) -> None:
         producer = Producer(self.config)
         seq = [0] * self.partitions
@@ -186,7 +190,7 @@ class ContinuousProducer:
                 continue
             p = min(ready, key=lambda q: (q - i) % self.partitions)  # the next ready one in turn
             try:
-                producer.produce(self.topic, f"{p}:{seq[p]:09d}".encode(), partition=p, on_delivery=self._done)
+                producer.produce(self.topic, self.value(p, seq[p]), partition=p, on_delivery=self._done)
             except BufferError:
                 producer.poll(0.1)
                 continue
