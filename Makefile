@@ -69,11 +69,12 @@ cluster: $(CORE_STAMP) zookeeper-deps
 lag-report: $(STAMP) java-deps
 	$(BIN)/gregor lag-report $(ARGS)
 
-# Three workers: most cluster tests wait on timeouts, not on the CPU; a test file runs on one
-# worker (its module fixtures are started once). PYTEST_WORKERS=0 runs them in this process.
+# Three workers: most cluster tests wait on timeouts, not on the CPU. A test file runs on one
+# worker (its module fixtures are started once) and the tests that start Spark all run on one
+# (tests/conftest.py). PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 3
 test: setup
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -110,3 +110,17 @@ def cluster_factory(tmp_path, zookeeper):
     yield make
     for cluster in made:
         cluster.kill_all()  # SIGKILL ends a paused broker too
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs ``--dist loadgroup``): a test module runs on one
+    worker (its module fixtures start once), and every test that starts Spark runs on the same
+    worker, one at a time: a Spark session per worker would be three JVMs competing for the
+    machine's cores."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        path = item.nodeid.split("::", 1)[0]
+        uses_spark = ("spark" in getattr(item, "fixturenames", ()) or path.startswith(("tests/spark/", "tests/lagreport/"))
+                      or "lag_report" in path)
+        item.add_marker(pytest.mark.xdist_group("spark" if uses_spark else path))
