@@ -121,6 +121,6 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("xdist_group") is not None:
             continue
         path = item.nodeid.split("::", 1)[0]
-        uses_spark = ("spark" in getattr(item, "fixturenames", ()) or path.startswith(("tests/spark/", "tests/lagreport/"))
-                      or "lag_report" in path)
+        uses_spark = ("spark" in getattr(item, "fixturenames", ())
+                      or path.startswith(("tests/spark/", "tests/lagreport/")) or "lag_report" in path)
         item.add_marker(pytest.mark.xdist_group("spark" if uses_spark else path))

@@ -38,10 +38,18 @@ def test_no_zookeeper_is_a_clear_error(tmp_path):
 
 def test_sigterm_while_joining_stops_cleanly(tmp_path):
     proc = serve(tmp_path, f"zookeeper.connect=127.0.0.1:{free_port()}", "zookeeper.connection.timeout.ms=60000")
-    time.sleep(3)  # it is retrying the connection now
-    assert proc.poll() is None
+    assert proc.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"Connecting to 127.0.0.1" not in seen and time.monotonic() < deadline:  # it is retrying now
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert proc.poll() is None, seen[-2000:]
     proc.terminate()
     out, _ = proc.communicate(timeout=30)
+    out = seen + out
     assert proc.returncode == 0, out[-2000:]
     assert b"stopped while starting" in out and b"stopped cleanly" in out
 

@@ -404,8 +404,10 @@ def test_a_leader_that_restarted_while_there_was_no_controller_gets_a_new_epoch(
             await c.add(4)
             t1 = await c.wait_state("t", 0, leader=3, isr=[3])
             assert t1.leader_epoch > t0.leader_epoch
+            await eventually(lambda: _epoch_at_least(c, "u", u0.leader_epoch + 2), 20,
+                             "u-0 offline (-1), then led again")
             u1 = await c.wait_state("u", 0, leader=2, isr=[2])
-            assert u1.leader_epoch >= u0.leader_epoch + 2  # offline (-1), then led again
+            assert u1.leader_epoch >= u0.leader_epoch + 2
             got = await c.admin.get(znodes.state_path("u", 0))
             assert got is not None and got[1].mzxid > restarted.epoch  # written for the new registration
     run(scenario())
@@ -488,3 +490,8 @@ def test_a_connection_loss_within_the_session_changes_nothing(zookeeper):
 
 async def _seen(states: list, state) -> bool | None:
     return True if state in states else None
+
+
+async def _epoch_at_least(c, topic: str, epoch: int):
+    st = await c.state(topic, 0)
+    return st if st is not None and st.leader_epoch >= epoch else None
