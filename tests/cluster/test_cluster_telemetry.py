@@ -22,6 +22,7 @@ from gregor.protocol.consumer_offsets import partition_for
 from gregor.protocol.telemetry_records import TELEMETRY_TOPIC
 from tests.support.broker_process import free_port
 from tests.support.cluster import BrokerCluster
+from tests.support.group_readers import read_together
 from tests.support.metrics_scrape import scrape
 from tests.support.waiting import wait_for
 from tests.support.wire_state import coordinator_of
@@ -246,4 +247,21 @@ def test_a_broker_without_a_replica_of_the_offsets_partition_follows_it_from_the
             r.done.set()
         for r in readers:
             r.join(30)
+        cluster.kill_all()
+
+
+@pytest.mark.parametrize("groups", [{"orders-service": None, "audit-service": None},
+                                    {"a": None, "b": 700, "c": 1500}], ids=["two-together", "three-diverging"])
+def test_groups_with_the_default_client_id_are_counted_apart_over_the_brokers(tmp_path, zookeeper, groups):
+    """The report on three brokers: groups with librdkafka's default client id start together on
+    a new topic whose partitions three brokers lead; each broker counts what it served, and the
+    sums over the brokers are what each group read."""
+    cluster, ports, admin = start_cluster(tmp_path, zookeeper, {})
+    try:
+        admin.create_topics([NewTopic("fresh", 3, replica_assignment=ASSIGNMENT)])["fresh"].result(30)
+        wait_for(lambda: all(p.leader == ASSIGNMENT[p.id][0]
+                             for p in admin.list_topics(timeout=10).topics["fresh"].partitions.values()),
+                 60, "each broker leading one partition of fresh")
+        read_together(cluster.bootstrap, list(ports.values()), "fresh", groups, 3000)
+    finally:
         cluster.kill_all()

@@ -282,7 +282,7 @@ def test_offset_fetch_reads_at_the_committed_offset(plog):
         second = rt.execute(lambda s: s.commit_offsets(commit_request("g", {0: 6})))
         third = rt.execute(lambda s: s.commit_offsets(commit_request("g", {0: 9, 2: 1})))
         assert offsets_of(rt) == {("t", 0): 5, ("t", 1): 7}
-        assert rt.read(lambda s: s.committed_offset("g", "t", 0)) == 5
+        assert rt.read(lambda s: s.committed_position("g", "t", 0))[0] == 5
         end_of_second = plog.log_end_offset - 1  # each commit is one record here
         commit_to(plog, rt, end_of_second)
         await resolve(second)

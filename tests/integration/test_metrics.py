@@ -7,6 +7,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.broker_process import free_port
+from tests.support.group_readers import read_together
 from tests.support.metrics_scrape import scrape
 
 
@@ -224,3 +225,23 @@ def test_groups_sharing_a_client_id_are_told_apart(broker_factory):
     assert consumed == want
     for c in consumers.values():
         c.close()
+
+
+def test_groups_with_the_default_client_id_starting_together_each_count_what_they_read(broker_factory):
+    """The report: two groups on one host, librdkafka's default client id, a new topic, both Stable
+    before the data: each read 3,000 and the broker said 6,000 for one and nothing for the other."""
+    port = free_port()
+    b = broker_factory(**{"metrics.listener": f"http://127.0.0.1:{port}", "group.initial.rebalance.delay.ms": "0"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("fresh", 3)])["fresh"].result(10)
+    read_together(b.bootstrap, [port], "fresh", {"orders-service": None, "audit-service": None}, 3000)
+
+
+def test_groups_with_the_default_client_id_that_read_different_amounts_are_counted_apart(broker_factory):
+    """Four groups start together at offset 0 of a new topic; two leave early (at different
+    points, after committing): each group's count is what it read."""
+    port = free_port()
+    b = broker_factory(**{"metrics.listener": f"http://127.0.0.1:{port}", "group.initial.rebalance.delay.ms": "0"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("mixed", 1)])["mixed"].result(10)
+    read_together(b.bootstrap, [port], "mixed", {"a": None, "b": 700, "c": None, "d": 1500}, 3000)

@@ -70,7 +70,7 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     # internal topics (__consumer_offsets read by other brokers' group followers) are not counted
     positions = ([(t, p, offset) for t, p, offset, *_ in wanted if t is not None and not t.startswith("__")]
                  if metrics is not None else [])
-    owners = metrics.attribute_fetch(client_id, ctx.client_host, positions, ctx.connection_state) if metrics else {}
+    tally = metrics.attribute_fetch(client_id, ctx.client_host, positions, ctx.connection_state) if metrics else None
     recheck = replica_id < 0
     waited = False
     while True:
@@ -87,7 +87,7 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
         _close_regions(topics)
         await ctx.logs.notifier.wait([(t, p) for t, p, *_ in wanted if t is not None], remaining)
     if metrics is not None:
-        metrics.account_fetch(owners, positions, served, client_id, ctx.client_host)
+        metrics.account_fetch(tally, positions, served)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
 
 

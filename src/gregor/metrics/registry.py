@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gregor.coordinator.group.api import CommittedOffset, GroupPhase, GroupSummary
-from gregor.metrics.attribution import NO_GROUP, GroupAttribution, MembersView
+from gregor.metrics.attribution import ConnectionTally, GroupAttribution, MembersView
 from gregor.metrics.time_lag import OffsetHistory
 from gregor.protocol.api_keys import ApiKey
 
@@ -47,7 +47,6 @@ class BrokerMetrics(Collector):
         self.logs = logs
         self.connections = connections
         self.attribution = GroupAttribution(groups)
-        self.consumed: dict[tuple[str, str, int], list[int]] = {}  # (group, topic, partition) -> [messages, bytes]
         self.requests: dict[int, list[float]] = {}  # api key -> [count, seconds]
         self.history = OffsetHistory()
         self.bytes_out = 0
@@ -55,38 +54,34 @@ class BrokerMetrics(Collector):
         self.registry.register(self)
 
     # -- hot-path hooks ----------------------------------------------------------------------
-    def attribute_fetch(self, client_id: str, host: str, positions: Iterable[FetchPosition],
-                        connection: dict[Any, Any]) -> dict[tuple[str, int], str]:
-        """The group of each partition a fetch asks for, when the request arrives: a member that
-        leaves during the long poll was a member when it asked."""
-        group_of = self.attribution.group_of
-        return {(t, p): group_of(client_id, host, t, p, offset, connection) for t, p, offset in positions}
+    def attribute_fetch(self, client_id: str, host: str, positions: list[FetchPosition],
+                        connection: dict[Any, Any]) -> ConnectionTally | None:
+        """A consumer's fetch of ``positions`` arrives on a connection: binds the connection to a
+        group member (metrics/attribution.py); its tally counts what the fetch serves."""
+        if not positions:
+            return None
+        tally = self.attribution.connection(client_id, host, connection)
+        self.attribution.attribute(tally, positions)
+        return tally
 
-    def account_fetch(self, owners: dict[tuple[str, int], str], positions: Iterable[FetchPosition],
-                      served: Iterable[tuple[str, int, int, int]], client_id: str = "", host: str = "") -> None:
-        """Count what a fetch served ((topic, partition, messages, bytes)) to its groups, and note
-        where each partition's next fetch should start."""
-        moved: dict[tuple[str, int], int] = {}
+    def account_fetch(self, tally: ConnectionTally | None, positions: list[FetchPosition],
+                      served: Iterable[tuple[str, int, int, int]]) -> None:
+        """Count what a fetch served ((topic, partition, messages, bytes)) on its connection."""
+        if tally is None:
+            return
+        starts = {(t, p): offset for t, p, offset in positions}
+        account = self.attribution.account
         for topic, partition, messages, nbytes in served:
-            group = owners.get((topic, partition))
-            if group is None:  # not attributed (an internal topic)
+            offset = starts.get((topic, partition))
+            if offset is None:  # not attributed (an internal topic)
                 continue
-            if group == NO_GROUP and messages:  # its group may have become known during the long poll
-                group = owners[(topic, partition)] = self.attribution.group_of(client_id, host, topic, partition)
-            self.fetched(group, topic, partition, messages, nbytes)
-            moved[(topic, partition)] = messages
-        for t, p, offset in positions:
-            self.attribution.fetched_up_to(owners[(t, p)], t, p, offset + moved.get((t, p), 0))
+            account(tally, topic, partition, offset, messages, nbytes)
+            self.bytes_out += nbytes
 
-    def fetched(self, group: str, topic: str, partition: int, messages: int, nbytes: int) -> None:
-        key = (group, topic, partition)
-        c = self.consumed.get(key)
-        if c is None:
-            self.consumed[key] = [messages, nbytes]
-        else:
-            c[0] += messages
-            c[1] += nbytes
-        self.bytes_out += nbytes
+    @property
+    def consumed(self) -> dict[tuple[str, str, int], list[int]]:
+        """(group, topic, partition) -> [messages, bytes] fetched since the broker started."""
+        return self.attribution.consumed()
 
     def request(self, api_key: int, seconds: float) -> None:
         r = self.requests.get(api_key)
@@ -131,6 +126,11 @@ class BrokerMetrics(Collector):
             byts.add_metric([gid, topic, str(partition)], b)
         yield msgs
         yield byts
+        corrections = CounterMetricFamily("gregor_group_attribution_corrections", "Connections whose fetches "
+                                          "were moved to another group as the evidence grew (their counts "
+                                          "moved with them)")
+        corrections.add_metric([], self.attribution.corrections)
+        yield corrections
         committed = GaugeMetricFamily("gregor_group_committed_offset", "Committed offset", labels=labels)
         end = GaugeMetricFamily("gregor_group_log_end_offset", "Log end offset of committed partitions", labels=labels)
         lag = GaugeMetricFamily("gregor_group_lag", "Messages between the committed offset and the log end",

@@ -156,6 +156,10 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        for value in list(self.state.values()):
+            closed = getattr(value, "connection_closed", None)  # what lives as long as the connection
+            if closed is not None:
+                closed()
         self._wakeup.set()
         self._can_write.set()
         self.connections.discard(self)

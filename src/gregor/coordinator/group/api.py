@@ -250,6 +250,7 @@ class MemberView:
     client_id: str
     client_host: str  # without Kafka's leading "/"
     assignment: bytes  # ConsumerProtocolAssignment bytes as the leader sent them
+    member_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

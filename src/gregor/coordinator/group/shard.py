@@ -286,9 +286,10 @@ class GroupCoordinatorShard:
             for (topic, partition), v in sorted(offsets.items()):
                 yield CommittedOffset(group_id, topic, partition, v.offset, v.commit_timestamp)
 
-    def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+    def committed_position(self, group_id: str, topic: str, partition: int) -> tuple[int, int] | None:
+        """The group's committed offset of the partition and when it was committed (ms)."""
         v = self.offsets_mgr.committed_offsets(group_id).get((topic, partition))
-        return v.offset if v is not None else None
+        return (v.offset, v.commit_timestamp) if v is not None else None
 
     def member_views(self) -> Iterator[MemberView]:
         """The members of the groups that have members, with what each is assigned (classic
@@ -298,13 +299,13 @@ class GroupCoordinatorShard:
             if group.protocol_type != "consumer" or group.is_in(GroupState.DEAD, GroupState.EMPTY):
                 continue
             for m in group.members.values():
-                yield MemberView(group.group_id, m.client_id, m.client_host.lstrip("/"), m.assignment)
+                yield MemberView(group.group_id, m.client_id, m.client_host.lstrip("/"), m.assignment, m.member_id)
         for cg in self.consumer_groups.values():
             names = {tid: name for name, (tid, _n) in cg.subscription_metadata.items()}
             for cm in cg.members.values():
                 held = [(names[t], sorted(ps)) for t, ps in cm.assigned.items() if t in names]
-                if held:
-                    yield MemberView(cg.group_id, cm.client_id, cm.client_host.lstrip("/"), encode_assignment(held))
+                yield MemberView(cg.group_id, cm.client_id, cm.client_host.lstrip("/"), encode_assignment(held),
+                                 cm.member_id)
 
     def group_count(self) -> int:
         return len(self.groups) + len(self.consumer_groups)

@@ -71,10 +71,11 @@ class GroupViews:
                 if here:
                     yield c
 
-    def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+    def committed_position(self, group_id: str, topic: str, partition: int) -> tuple[int, int] | None:
+        """The group's committed offset of the partition and its commit timestamp (ms)."""
         p = self.shards.partition_for(group_id)
         shard = self.shards.active_shard(p) or self.shards.followed.shard(p)
-        return shard.committed_offset(group_id, topic, partition) if shard is not None else None
+        return shard.committed_position(group_id, topic, partition) if shard is not None else None
 
     def consumer_members(self) -> Iterator[MemberView]:
         """Members of consumer groups that are neither Empty nor Dead (in a cluster: of every group,
