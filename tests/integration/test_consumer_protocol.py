@@ -189,6 +189,17 @@ def test_operators_steer_the_assignment(broker):
              len(by_instance["inst-0"].owned()) + len(by_instance["inst-1"].owned()) == 12, 30, "inst-2 isolated")
     described = json.loads(cli_run(broker, "groups", "describe", "g-steer", "--json").stdout)
     assert {m["group_instance_id"] for m in described["members"]} == {"inst-0", "inst-1", "inst-2"}
+    # describe shows the steering beside each member: its pins, whether it is isolated
+    by_id = {m["group_instance_id"]: m for m in described["members"]}
+    assert by_id["inst-0"]["pinned"] == [f"{TOPIC}-0", f"{TOPIC}-1"] and by_id["inst-0"]["steering"] is None
+    assert by_id["inst-2"]["steering"] == "isolated" and by_id["inst-2"]["pinned"] == []
+    steer = described["steering"]
+    assert steer["isolated"] == ["inst-2"] and steer["frozen"] is False
+    assert [(p["partition"], p["member"], p["state"]) for p in steer["pins"]] == [
+        (f"{TOPIC}-0", by_id["inst-0"]["member_id"], "pinned"), (f"{TOPIC}-1", by_id["inst-0"]["member_id"], "pinned")]
+    table = cli_run(broker, "groups", "describe", "g-steer").stdout
+    assert "Steering: 2 pin(s), 1 isolated, not frozen" in table and f"pin {TOPIC}-0 -> " in table
+    assert "isolated inst-2" in table
 
     # restart the broker: the steering is still there and honoured
     for m in members:
@@ -353,6 +364,14 @@ def test_freeze_and_fallback_with_real_consumers(broker):
     late.stop()
     wait_for(lambda: members[0].owned() == set(range(1, PARTITIONS)), 30,
              "partition 1 falls back to the other member, partition 0 waits unassigned")
+    import json
+
+    pins = {p["partition"]: p for p in json.loads(cli_run(broker, "groups", "describe", "g-freeze",
+                                                          "--json").stdout)["steering"]["pins"]}
+    assert pins[f"{TOPIC}-0"]["state"] == "waiting" and "fz-late" in pins[f"{TOPIC}-0"]["reason"]
+    assert pins[f"{TOPIC}-1"]["state"] == "fell back" and pins[f"{TOPIC}-1"]["member"] is None
+    table = cli_run(broker, "groups", "describe", "g-freeze").stdout
+    assert f"pin {TOPIC}-0 -> - (waiting: pinned to fz-late" in table and "(fell back: fz-late)" in table
     back = GroupConsumer("back", broker.bootstrap, "g-freeze", TOPIC, protocol="consumer",
                          instance_id="fz-late").start()
     wait_for(lambda: {0, 1} <= back.owned() and len(back.owned()) + len(members[0].owned()) == PARTITIONS, 30,

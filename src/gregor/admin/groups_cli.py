@@ -12,6 +12,7 @@ from typing import Any
 from gregor.admin import steering_cli
 from gregor.admin.client import AdminClient, AdminError
 from gregor.admin.output import add_action, add_common_options, emit
+from gregor.assignment import steering
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, java_string_hashcode, kafka_abs
 from gregor.protocol.consumer_protocol import decode_assignment
@@ -179,24 +180,78 @@ def describe_consumer_group(admin: AdminClient, args: argparse.Namespace, g: Any
         phase = status["gregor.status.phase"]
         closing, starting = [h for h in status.get("gregor.status.holding", "").split("; ") if h], []
     rows = offset_rows(admin, args.group, owners)
+    steered = steering_of(admin, args.group, g)
+    for m in members:
+        m["pinned"] = steered["pinned"].get(m["member_id"], [])
+        m["steering"] = steered["roles"].get(m["member_id"])
     if args.json:
         emit(args, {"group": args.group, "type": "consumer", "state": g.group_state, "phase": phase,
                     "holding_up": closing or starting, "group_epoch": g.group_epoch,
-                    "assignment_epoch": g.assignment_epoch, "assignor": g.assignor_name, "members": members,
-                    "offsets": rows}, [])
+                    "assignment_epoch": g.assignment_epoch, "assignor": g.assignor_name,
+                    "steering": steered["summary"], "members": members, "offsets": rows}, [])
         return 0
     print(f"Group {args.group} is {g.group_state} (consumer protocol, {len(g.members)} members, group epoch "
           f"{g.group_epoch}, assignment epoch {g.assignment_epoch}, assignor {g.assignor_name})")
-    print(f"Phase: {phase}" + "".join(f"\n  {line}" for line in closing or starting) + "\n")
+    print(f"Phase: {phase}" + "".join(f"\n  {line}" for line in closing or starting))
+    print(steering_line(steered["summary"]) + "\n")
     emit(args, rows, ["group", "topic", "partition", "current_offset", "log_end_offset", "lag", "consumer_id",
                       "host", "client_id"])
     if members:
         print()
-        emit(args, [{**m, **{k: ",".join(m[k]) or "-" for k in ("assignment", "target", "to_revoke", "to_assign")}}
+        emit(args, [{**m, **{k: ",".join(m[k]) or "-" for k in ("assignment", "target", "to_revoke", "to_assign",
+                                                                 "pinned")}, "steering": m["steering"] or "-"}
                     for m in members],
              ["member_id", "group_instance_id", "member_epoch", "protocol", "client_id", "host", "assignment",
-              "to_revoke", "to_assign"])
+              "to_revoke", "to_assign", "pinned", "steering"])
     return 0
+
+
+def steering_of(admin: AdminClient, group: str, g: Any) -> dict[str, Any]:
+    """The operator steering of a consumer-protocol group as its coordinator applies it: the
+    group's pins, isolated members and freeze (gregor.assignment.*), each pin with whom it
+    holds, waits for or fell back from, and each member's pinned partitions and role."""
+    values = steering_cli.current_steering(admin, group)
+    wanted = steering.Steering.from_config(values)
+    summary: dict[str, Any] = {"pins": [], "isolated": [str(s) for s in wanted.isolated], "frozen": wanted.frozen,
+                               "notes": []}
+    out: dict[str, Any] = {"summary": summary, "pinned": {}, "roles": {}}
+    if not (wanted.pins or wanted.isolated or wanted.frozen):
+        return out
+    _, steered = steering_cli.target_of(admin, g, values)
+    names = {tp.topic_id: tp.topic_name for m in g.members
+             for tp in (*m.assignment.topic_partitions, *m.target_assignment.topic_partitions)}
+    md = admin.metadata(sorted({p.topic for p in wanted.pins}))
+    names.update({t.topic_id: t.name for t in md.topics if not t.error_code})
+    by_partition = {(names.get(t, str(t)), p): (who, "pinned") for (t, p), who in steered.pinned.items()}
+    by_partition.update({(names.get(t, str(t)), p): (why, "waiting") for (t, p), why in steered.waiting.items()})
+    by_partition.update({(names.get(t, str(t)), p): (who, "fell back")
+                         for (t, p), who in steered.fell_back.items()})
+    for pin in wanted.pins:
+        held = by_partition.get((pin.topic, pin.partition))
+        summary["pins"].append({"pin": str(pin), "partition": f"{pin.topic}-{pin.partition}",
+                                "member": held[0] if held and held[1] == "pinned" else None,
+                                "state": held[1] if held else "ignored",
+                                "reason": held[0] if held and held[1] != "pinned" else None})
+    for (t, p), who in sorted(steered.pinned.items(), key=lambda i: (names.get(i[0][0], ""), i[0][1])):
+        out["pinned"].setdefault(who, []).append(f"{names.get(t, t)}-{p}")
+    for mid in steered.isolated:
+        out["roles"][mid] = "isolated"
+    for mid in steered.held_back:
+        out["roles"][mid] = "held back (frozen)"
+    summary["notes"] = list(steered.notes)
+    return out
+
+
+def steering_line(summary: dict[str, Any]) -> str:
+    """One line (and a line per pin) of a group's steering, for the describe table."""
+    if not (summary["pins"] or summary["isolated"] or summary["frozen"]):
+        return "Steering: none"
+    head = (f"Steering: {len(summary['pins'])} pin(s), {len(summary['isolated'])} isolated, "
+            f"{'frozen' if summary['frozen'] else 'not frozen'}")
+    pins = [f"\n  pin {p['partition']} -> {p['member'] or '-'} ({p['state']}"
+            + (f": {p['reason']}" if p["reason"] else "") + ")" for p in summary["pins"]]
+    isolated = [f"\n  isolated {s}" for s in summary["isolated"]]
+    return head + "".join(pins) + "".join(isolated)
 
 
 def describe(admin: AdminClient, args: argparse.Namespace) -> int:
