@@ -91,7 +91,12 @@ def produce_live(bootstrap: str, topic: str, n: int, size: int) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1})
     payload = os.urandom(size)
     for i in range(n):
-        p.produce(topic, payload, partition=i % PARTITIONS)
+        while True:
+            try:
+                p.produce(topic, payload, partition=i % PARTITIONS)
+                break
+            except BufferError:  # the broker is behind (a loaded machine): wait for deliveries
+                p.poll(0.05)
         p.poll(0)
         if i % 200 == 0:
             time.sleep(0.001)
