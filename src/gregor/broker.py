@@ -68,10 +68,13 @@ class Broker:
             self.telemetry.start()
         host, port = self.config.listener()
         self.listener = Listener(self.config, self.services)
-        bound = await self.listener.start(host, port)
+        bound = await self.listener.start(host, port, serve=False)
         adv_host, adv_port = self.config.advertised()
         self.cluster.set_endpoint(adv_host, adv_port or bound)
+        # as Kafka's KafkaServer.startup: requests are processed once the broker has joined (a
+        # broker answering before it knows its cluster made librdkafka drop every broker it knew)
         await self.membership.join(adv_host, adv_port or bound)
+        await self.listener.start_serving()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(run_housekeeping(self.config, self.logs, self.metrics, self.telemetry)))
         if self.metrics is not None and self.config["metrics.listener"]:

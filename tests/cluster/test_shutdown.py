@@ -29,6 +29,41 @@ def serve(tmp_path: Path, *overrides: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def test_a_broker_still_joining_its_cluster_answers_no_client(tmp_path):
+    """Found by the fault campaign: a broker restarted while ZooKeeper was away answered Metadata
+    with no brokers, no leaders and no controller, and librdkafka dropped every broker it knew
+    (the producer stalled for good). As Kafka, requests are served only once the broker joined:
+    until then a client's connection is refused and it tries the other brokers."""
+    from gregor.admin.wire_client import WireClient
+    from gregor.protocol.api_keys import ApiKey
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "gregor", "serve", "--override", f"log.dirs={tmp_path / 'data'}",
+           "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+           "--override", f"zookeeper.connect=127.0.0.1:{free_port()}",
+           "--override", "zookeeper.connection.timeout.ms=60000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        seen = b""
+        while b"Connecting to 127.0.0.1" not in seen:  # it is trying to reach ZooKeeper now
+            line = proc.stdout.readline()
+            assert line, seen[-2000:]
+            seen += line
+        time.sleep(1)
+        answer = None
+        try:
+            answer = WireClient(f"127.0.0.1:{port}", timeout=5).call(ApiKey.METADATA, 9, {
+                "topics": None, "allow_auto_topic_creation": False, "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False})
+        except (ConnectionError, OSError):
+            pass
+        assert answer is None, f"answered before joining: brokers {answer.brokers}, controller {answer.controller_id}"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
 def test_no_zookeeper_is_a_clear_error(tmp_path):
     proc = serve(tmp_path, f"zookeeper.connect=127.0.0.1:{free_port()}", "zookeeper.connection.timeout.ms=2000")
     out, _ = proc.communicate(timeout=60)
@@ -116,7 +151,8 @@ def test_a_broker_starting_while_zookeeper_is_away_waits_for_it(tmp_path, zookee
         cluster.kill(2)
         zk.stop()
         b = cluster.broker(2)
-        b.start(timeout=30)  # listening; joining waits for ZooKeeper
+        b.start(wait=False)  # joining waits for ZooKeeper (and it serves no client meanwhile)
+        wait_for(lambda: "Connecting to" in b.output(), 30, "broker 2 trying to reach ZooKeeper")
         time.sleep(3)
         assert b.alive(), b.output()[-2000:]
         zk.start()

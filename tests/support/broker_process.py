@@ -37,9 +37,13 @@ class BrokerProcess:
             cmd += ["--override", f"{k}={v}"]
         return cmd
 
-    def start(self, timeout: float = 30) -> BrokerProcess:
+    def start(self, timeout: float = 30, wait: bool = True) -> BrokerProcess:
+        """Start the broker and (``wait``) wait until it serves clients: a broker of a cluster
+        does once it has joined."""
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the process lifetime
         self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=self.log)
+        if not wait:
+            return self
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

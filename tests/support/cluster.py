@@ -66,8 +66,12 @@ class BrokerCluster:
         return self
 
     def brokers_seen(self, broker_id: int) -> list[int]:
-        """The broker ids ``broker_id``'s Metadata lists."""
-        wire = WireClient(self.broker(broker_id).bootstrap)
+        """The broker ids ``broker_id``'s Metadata lists (none while it is still joining: it
+        serves clients once it has joined)."""
+        try:
+            wire = WireClient(self.broker(broker_id).bootstrap)
+        except OSError:
+            return []
         try:
             md = wire.call(ApiKey.METADATA, 9, {
                 "topics": [], "allow_auto_topic_creation": False,
@@ -89,8 +93,8 @@ class BrokerCluster:
                 time.sleep(0.05)
 
     def start_broker(self, broker_id: int, timeout: float = 30) -> BrokerProcess:
-        """Start one broker and wait until it says it is ready: it listens from early on, but
-        joins the cluster and handles SIGTERM as a clean stop only from then on."""
+        """Start one broker and wait until it says it is ready: it serves clients and handles
+        SIGTERM as a clean stop once it has joined the cluster."""
         b = self.broker(broker_id)
         watch = LogWatch(b.log_path, b.log_path.stat().st_size if b.log_path.exists() else 0)
         deadline = time.monotonic() + timeout

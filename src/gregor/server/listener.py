@@ -27,16 +27,23 @@ class Listener:
         self.server: asyncio.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen; returns the bound port."""
+    async def start(self, host: str, port: int, serve: bool = True) -> int:
+        """Bind (and with ``serve`` listen); returns the bound port. A broker binds before it joins
+        its cluster (its registration names the port) and serves once it has joined
+        (``start_serving``): a client must never hear from a broker that knows no brokers, no
+        leaders and no controller (librdkafka forgets every broker on such an answer)."""
         loop = asyncio.get_running_loop()
         max_request = self.config["socket.request.max.bytes"]
         self.server = await loop.create_server(
             lambda: KafkaConnection(self.dispatcher, self.limits, self.connections, max_request),
-            host, port, reuse_address=True, backlog=1024)
+            host, port, reuse_address=True, backlog=1024, start_serving=serve)
         if self.limits.max_idle_s is not None:
             self._idle_task = loop.create_task(self._close_idle_connections(self.limits.max_idle_s))
         return self.bound_port
+
+    async def start_serving(self) -> None:
+        assert self.server is not None
+        await self.server.start_serving()
 
     @property
     def bound_port(self) -> int:
