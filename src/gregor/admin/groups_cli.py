@@ -217,11 +217,7 @@ def steering_of(admin: AdminClient, group: str, g: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": summary, "pinned": {}, "roles": {}}
     if not (wanted.pins or wanted.isolated or wanted.frozen):
         return out
-    _, steered = steering_cli.target_of(admin, g, values)
-    names = {tp.topic_id: tp.topic_name for m in g.members
-             for tp in (*m.assignment.topic_partitions, *m.target_assignment.topic_partitions)}
-    md = admin.metadata(sorted({p.topic for p in wanted.pins}))
-    names.update({t.topic_id: t.name for t in md.topics if not t.error_code})
+    _, steered, names = steering_cli.target_of(admin, g, values)
     by_partition = {(names.get(t, str(t)), p): (who, "pinned") for (t, p), who in steered.pinned.items()}
     by_partition.update({(names.get(t, str(t)), p): (why, "waiting") for (t, p), why in steered.waiting.items()})
     by_partition.update({(names.get(t, str(t)), p): (who, "fell back")

@@ -114,9 +114,11 @@ def _describe(admin: AdminClient, group: str) -> Any:
     return g
 
 
-def target_of(admin: AdminClient, g: Any, values: dict[str, str]) -> tuple[dict[str, list[str]], steering.Steered]:
+def target_of(admin: AdminClient, g: Any, values: dict[str, str]
+              ) -> tuple[dict[str, list[str]], steering.Steered, dict[uuid.UUID, str]]:
     """The target assignment the coordinator computes for the group with steering ``values``:
-    member id -> ["topic-partition", ...]."""
+    member id -> ["topic-partition", ...]; the steering applied; the names of the topics it
+    involves (the subscribed and the pinned ones) by topic id."""
     wanted = steering.Steering.from_config(values)
     names = sorted({t for m in g.members for t in m.subscribed_topic_names}
                    | {p.topic for p in wanted.pins})
@@ -137,15 +139,11 @@ def target_of(admin: AdminClient, g: Any, values: dict[str, str]) -> tuple[dict[
     out = {mid: sorted(f"{by_id.get(t, t)}-{p}" for t, ps in a.items() for p in ps) for mid, a in result.items()}
     for m in g.members:
         out.setdefault(m.member_id, [])
-    return out, steered
+    return out, steered, by_id
 
 
 def _report(args: argparse.Namespace, admin: AdminClient, g: Any, values: dict[str, str], title: str) -> None:
-    target, steered = target_of(admin, g, values)
-    md_names = {}
-    for m in g.members:
-        for tp in m.target_assignment.topic_partitions:
-            md_names[tp.topic_id] = tp.topic_name
+    target, steered, md_names = target_of(admin, g, values)
     members = []
     for m in g.members:
         role = ("isolated" if m.member_id in steered.isolated else

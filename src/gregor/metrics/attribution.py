@@ -357,17 +357,17 @@ class GroupAttribution:
                 overlap = s.overlap(conn.first)
                 if not overlap or (s.departed_at is not None and s.key != conn.slot):
                     continue
-                contradicted, support, memory = self._evidence(conn, s.group, committed,
-                                                               until_ms=conn.closed_ms + CLOSE_SLACK_MS)
+                contradicted, _, memory = self._evidence(conn, s.group, committed,
+                                                         until_ms=conn.closed_ms + CLOSE_SLACK_MS)
                 edges.append(((contradicted, -memory, s.key != conn.slot, -overlap, s.group, s.member_id), i, s))
         edges.sort(key=lambda e: e[0])
         taken: set[SlotKey] = set()
         chosen: dict[int, Slot] = {}
         best: dict[tuple[int, str], int] = {}
-        for (contradicted, support, *_), i, s in edges:
+        for (contradicted, minus_memory, *_), i, s in edges:
             if contradicted:
                 continue
-            best[(i, s.group)] = max(best.get((i, s.group), 0), -support)
+            best[(i, s.group)] = max(best.get((i, s.group), 0), -minus_memory)
             if i not in chosen and s.key not in taken:
                 chosen[i] = s
                 taken.add(s.key)
