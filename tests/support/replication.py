@@ -6,6 +6,8 @@ watermark (read from the brokers' data directories, batch by batch)."""
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -125,6 +127,17 @@ def wait_full_isr(cluster: BrokerCluster, topic: str, partitions: int, replicas:
 
 
 # -- load -------------------------------------------------------------------------------------------
+def file_logger(path: Path) -> logging.Logger:
+    lg = logging.getLogger(f"rdkafka.{path.name}")
+    lg.propagate = False
+    if not lg.handlers:
+        h = logging.FileHandler(path)
+        h.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        lg.addHandler(h)
+    lg.setLevel(logging.DEBUG)
+    return lg
+
+
 class ContinuousProducer:
     """A producer in a thread sending ``b"<partition>:<seq>"`` to each partition in turn until
     stopped, with at most ``max_outstanding`` records of a partition unanswered, retrying for as
@@ -138,6 +151,12 @@ class ContinuousProducer:
         self.config = {"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": idempotent,
                        "message.timeout.ms": 300000, "linger.ms": 5, "retry.backoff.ms": 100,
                        "error_cb": self._on_error}
+        if os.environ.get("GREGOR_TEST_RDKAFKA_DEBUG"):
+            # diagnosis: librdkafka's debug contexts (e.g. "eos,msg") logged to a file per topic
+            # under GREGOR_TEST_RDKAFKA_LOG_DIR (default: the working directory)
+            self.config["debug"] = os.environ["GREGOR_TEST_RDKAFKA_DEBUG"]
+            self.config["logger"] = file_logger(
+                Path(os.environ.get("GREGOR_TEST_RDKAFKA_LOG_DIR", ".")) / f"rdkafka-{topic}-{os.getpid()}.log")
         self.max_outstanding = max_outstanding
         self.pause_s = pause_s
         self.acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
@@ -286,13 +305,17 @@ def check_read_exactly_once(bootstrap: str, prod: ContinuousProducer) -> dict[in
         offsets = [o for o, _ in got[p]]
         values = [v for _, v in got[p]]
         assert offsets == list(range(len(offsets))), f"partition {p}: offsets are not contiguous from 0"
-        assert len(set(values)) == len(values), f"partition {p}: a record was written twice"
+        seen: dict[bytes, list[int]] = {}
+        for o, v in got[p]:
+            seen.setdefault(v, []).append(o)
+        twice = sorted((v, at) for v, at in seen.items() if len(at) > 1)
+        assert not twice, f"partition {p}: records written twice (value, offsets): {twice[:3]}"
         seqs = [seq_of(v) for v in values]
         assert all(v.startswith(f"{p}:".encode()) for v in values)
         assert seqs == sorted(seqs), f"partition {p}: records out of the order they were produced in"
         at = dict(got[p])
-        lost = [(o, v) for o, v in prod.acked[p] if at.get(o) != v]
-        assert not lost, f"partition {p}: acknowledged records not read back at their offsets: {lost[:5]}"
+        lost = [(o, v, at.get(o)) for o, v in prod.acked[p] if at.get(o) != v]
+        assert not lost, f"partition {p}: acknowledged records not read back (offset, acked, found): {lost[:5]}"
         if not prod.failed:  # every record sent was acknowledged: nothing else may be in the log
             assert len(values) == len(prod.acked[p]), (
                 f"partition {p}: {len(values)} records in the log, {len(prod.acked[p])} acknowledged")
