@@ -85,6 +85,31 @@ def test_a_pin_waits_for_its_member_or_falls_back():
     assert {(FOO, 0), (FOO, 1)} <= back.partitions()
 
 
+def test_the_steering_as_metrics_read_it():
+    """What the metrics say of a steered group (shard.steerings): pins held, waiting and fallen
+    back, isolated members, the freeze and the members it holds back; nothing for a group without
+    steering."""
+    from gregor.coordinator.group.api import GroupSteering
+
+    h = Steered()
+    a, b, c = Client(h, ["foo"], instance="i-a"), Client(h, ["foo"], instance="i-b"), Client(h, ["foo"])
+    converge([a, b, c])
+    assert list(h.shard.steerings()) == []
+    h.steer(**{steering.PINS: "foo:0=i-a,foo:1=i-a|fallback,foo:2=i-b", steering.ISOLATED: f"member:{c.member_id}"})
+    converge([a, b, c])
+    assert list(h.shard.steerings()) == [GroupSteering("g", False, 3, 0, 0, 1, 0)]
+    h.steer(**{steering.FROZEN: "true"})
+    d = Client(h, ["foo"])
+    converge([a, b, c, d])
+    assert list(h.shard.steerings()) == [GroupSteering("g", True, 3, 0, 0, 1, 1)]
+    a.leave()
+    converge([b, c, d])
+    assert list(h.shard.steerings()) == [GroupSteering("g", True, 1, 1, 1, 1, 1)]
+    h.steer(**{steering.PINS: "", steering.ISOLATED: "", steering.FROZEN: "false"})
+    converge([b, c, d])
+    assert list(h.shard.steerings()) == []
+
+
 def test_isolate_keeps_the_member_with_nothing_and_release_gives_back():
     h = Steered()
     cs = [Client(h, ["foo", "bar"]) for _ in range(3)]

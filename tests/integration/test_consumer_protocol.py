@@ -25,7 +25,9 @@ from tests.support.waiting import wait_for
 
 @pytest.fixture
 def broker(tmp_path):
-    b = BrokerProcess(tmp_path / "data", OVERRIDES).start()
+    from tests.support.broker_process import free_port
+
+    b = BrokerProcess(tmp_path / "data", {**OVERRIDES, "metrics.listener": f"http://127.0.0.1:{free_port()}"}).start()
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(10)
     yield b
@@ -200,6 +202,14 @@ def test_operators_steer_the_assignment(broker):
     table = cli_run(broker, "groups", "describe", "g-steer").stdout
     assert "Steering: 2 pin(s), 1 isolated, not frozen" in table and f"pin {TOPIC}-0 -> " in table
     assert "isolated inst-2" in table
+    # and the metrics say the same
+    from tests.support.metrics_scrape import scrape
+
+    _, samples = scrape(int(broker.overrides["metrics.listener"].rsplit(":", 1)[1]))
+    assert {lb["state"]: v for lb, v in samples["gregor_group_steering_pins"] if lb["group"] == "g-steer"} == {
+        "pinned": 2, "waiting": 0, "fell_back": 0}
+    assert [v for lb, v in samples["gregor_group_steering_isolated_members"] if lb["group"] == "g-steer"] == [1]
+    assert [v for lb, v in samples["gregor_group_steering_frozen"] if lb["group"] == "g-steer"] == [0]
 
     # restart the broker: the steering is still there and honoured
     for m in members:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gregor.coordinator.group.api import CommittedOffset, GroupPhase, GroupSummary
+from gregor.coordinator.group.api import CommittedOffset, GroupPhase, GroupSteering, GroupSummary
 from gregor.metrics.attribution import ConnectionTally, GroupAttribution, MembersView
 from gregor.metrics.time_lag import OffsetHistory
 from gregor.protocol.api_keys import ApiKey
@@ -30,6 +30,7 @@ class GroupsView(MembersView, Protocol):
     def committed_offsets(self) -> Iterable[CommittedOffset]: ...
     def load_seconds(self) -> dict[int, float]: ...
     def group_phases(self) -> Iterable[GroupPhase]: ...
+    def group_steerings(self) -> Iterable[GroupSteering]: ...
 
 
 class LogsView(Protocol):
@@ -116,6 +117,25 @@ class BrokerMetrics(Collector):
                 holding.add_metric([p.group_id, member, client, why], max(now - since / 1000, 0.0) if since >= 0 else 0)
         yield from (phase, phase_s, holding)
 
+    def _steerings(self) -> Iterator[Any]:
+        pins = GaugeMetricFamily("gregor_group_steering_pins", "Pinned partitions of the consumer-protocol group "
+                                 "by what its last target assignment made of them (pinned: held by their member; "
+                                 "waiting: unassigned until their member is back; fell_back: given to the others "
+                                 "meanwhile)", labels=["group", "state"])
+        isolated = GaugeMetricFamily("gregor_group_steering_isolated_members", "Members of the group isolated by "
+                                     "its operator: in the group, assigned nothing", labels=["group"])
+        frozen = GaugeMetricFamily("gregor_group_steering_frozen", "1 while the group's assignment is frozen",
+                                   labels=["group"])
+        held = GaugeMetricFamily("gregor_group_steering_held_back_members", "Members that joined the frozen group "
+                                 "and get nothing until it is unfrozen", labels=["group"])
+        for st in self.groups.group_steerings():
+            for state, n in (("pinned", st.pinned), ("waiting", st.waiting), ("fell_back", st.fell_back)):
+                pins.add_metric([st.group_id, state], n)
+            isolated.add_metric([st.group_id], st.isolated)
+            frozen.add_metric([st.group_id], 1 if st.frozen else 0)
+            held.add_metric([st.group_id], st.held_back)
+        yield from (pins, isolated, frozen, held)
+
     def collect(self) -> Iterator[Any]:
         labels = ["group", "topic", "partition"]
         msgs = CounterMetricFamily("gregor_group_consumed_messages", "Messages fetched by consumer groups "
@@ -162,6 +182,7 @@ class BrokerMetrics(Collector):
                 time_lag.add_metric(lv, self.history.time_lag((c.topic, c.partition), c.offset, hw, now))
         yield from (committed, end, lag, time_lag, state, members, generation, rebalances, rebalance_s)
         yield from self._phases(now)
+        yield from self._steerings()
         reqs = SummaryMetricFamily("gregor_request_seconds", "Requests handled, by API", labels=["api"])
         for api, (count, seconds) in sorted(self.requests.items()):
             name = ApiKey(api).name if api in ApiKey._value2member_map_ else str(api)

@@ -254,6 +254,22 @@ class MemberView:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupSteering:
+    """How an operator steers a consumer-protocol group (its ``gregor.assignment.*`` configs) and
+    what its last target assignment made of it: pins held by their member, waiting for an absent
+    member, or given to the others meanwhile (fallback); isolated members; frozen or not, and the
+    members held back by the freeze."""
+
+    group_id: str
+    frozen: bool
+    pinned: int
+    waiting: int
+    fell_back: int
+    isolated: int
+    held_back: int
+
+
+@dataclass(frozen=True, slots=True)
 class GroupPhase:
     """A consumer-protocol group's phase (Stable, Closing, Starting, Assigning, Reconciling,
     Empty), since when its state last changed, and the members that hold it up: (member id,

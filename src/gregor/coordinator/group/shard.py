@@ -30,6 +30,7 @@ from gregor.coordinator.group.api import (
     DeleteGroupsResult,
     GroupDescription,
     GroupPhase,
+    GroupSteering,
     GroupSummary,
     HeartbeatRequest,
     JoinRequest,
@@ -279,6 +280,19 @@ class GroupCoordinatorShard:
             phase = self.phase_of(group_id)
             if phase is not None:
                 yield phase
+
+    def steerings(self) -> Iterator[GroupSteering]:
+        """The steering of every consumer-protocol group coordinated here that has any."""
+        for group_id in sorted(self.consumer_groups):
+            wanted = self.consumer_mgr.steering_of(group_id)
+            if wanted.empty:
+                continue
+            done = self.consumer_groups[group_id].steered
+            yield GroupSteering(
+                group_id, wanted.frozen,
+                len(done.pinned) if done is not None else 0, len(done.waiting) if done is not None else 0,
+                len(done.fell_back) if done is not None else 0, len(done.isolated) if done is not None else 0,
+                len(done.held_back) if done is not None else 0)
 
     def committed(self) -> Iterator[CommittedOffset]:
         """Every committed offset, by group, topic and partition."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from gregor.coordinator.group.api import CommittedOffset, GroupPhase, GroupSummary, MemberView
+from gregor.coordinator.group.api import CommittedOffset, GroupPhase, GroupSteering, GroupSummary, MemberView
 from gregor.coordinator.group.followed_groups import FollowedGroups
 from gregor.coordinator.group.shard import GroupCoordinatorShard
 
@@ -59,6 +59,11 @@ class GroupViews:
         """The phase of every consumer-protocol group coordinated here."""
         for shard in self.shards.active_shards():
             yield from shard.phases()
+
+    def group_steerings(self) -> Iterator[GroupSteering]:
+        """The operator steering of every consumer-protocol group coordinated here."""
+        for shard in self.shards.active_shards():
+            yield from shard.steerings()
 
     def committed_offsets(self) -> Iterator[CommittedOffset]:
         """Every group's committed offsets of the partitions led here."""
