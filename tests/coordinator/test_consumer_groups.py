@@ -252,6 +252,48 @@ def test_commits_of_consumer_members_are_checked_against_their_epoch():
     assert h.committed("g") == {("foo", 0): 7}
 
 
+def test_a_commit_at_an_older_epoch_is_accepted_for_partitions_assigned_by_then():
+    """KIP-1251 (Kafka 4.3, KAFKA-20066): a member's commit sent just before it moved to a new
+    epoch arrives with the older epoch. It is accepted when every partition in it is one the
+    member holds and was given at or before that epoch; anything else (a newer epoch than the
+    member's, a partition it gave up or got later) is STALE_MEMBER_EPOCH for the whole request,
+    and nothing is written. The assignment epochs survive a reload."""
+    h = ConsumerHarness()
+    a = Client(h, ["foo"])
+    a.beat()
+    assert a.epoch == 1 and len(a.partitions()) == 6
+    b = Client(h, ["foo"])
+    b.beat()  # group epoch 2: a must give up three partitions
+    a.beat()  # told to revoke three: still at epoch 1, and it gives them up (its owned set)
+    assert a.epoch == 1 and len(a.partitions()) == 3
+    revoked = sorted(p for ps in h.group().members[a.member_id].pending_revocation.values() for p in ps)
+    assert len(revoked) == 3
+    a.beat()  # its heartbeat no longer lists them: on to epoch 2
+    assert a.epoch == 2
+    kept = sorted(p for _, p in a.partitions())
+    assert h.group().members[a.member_id].assignment_epochs == {(FOO, p): 1 for p in kept}
+    # a commit a sent at epoch 1 for partitions it still holds: accepted
+    assert h.commit("g", {("foo", kept[0]): 10, ("foo", kept[1]): 11}, generation=1, member_id=a.member_id) == {
+        ("foo", kept[0]): 0, ("foo", kept[1]): 0}
+    # at epoch 1 for a partition it gave up: the whole request is refused, nothing is written
+    mixed = {("foo", kept[2]): 12, ("foo", revoked[0]): 13}
+    assert h.commit("g", mixed, generation=1, member_id=a.member_id) == {
+        tp: ErrorCode.stale_member_epoch for tp in mixed}
+    # a newer epoch than the member's
+    assert h.commit("g", {("foo", kept[2]): 12}, generation=3, member_id=a.member_id) == {
+        ("foo", kept[2]): ErrorCode.stale_member_epoch}
+    converge([a, b])
+    theirs = sorted(p for _, p in b.partitions())
+    assert b.epoch == 2 and h.group().members[b.member_id].assignment_epochs == {(FOO, p): 2 for p in theirs}
+    # b got its partitions at epoch 2: a commit of b's at epoch 1 is stale
+    assert h.commit("g", {("foo", theirs[0]): 20}, generation=1, member_id=b.member_id) == {
+        ("foo", theirs[0]): ErrorCode.stale_member_epoch}
+    assert h.committed("g") == {("foo", kept[0]): 10, ("foo", kept[1]): 11}
+    h.reload()
+    assert h.group().members[a.member_id].assignment_epochs == {(FOO, p): 1 for p in kept}
+    assert h.commit("g", {("foo", kept[2]): 12}, generation=1, member_id=a.member_id) == {("foo", kept[2]): 0}
+
+
 def test_empty_classic_group_becomes_a_consumer_group_and_keeps_its_offsets():
     h = ConsumerHarness()
     h.commit("g", {("foo", 1): 42})

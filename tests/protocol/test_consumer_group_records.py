@@ -294,7 +294,7 @@ def test_unknown_tagged_fields_are_skipped():
             + b"\x02" + T1_BYTES + b"\x02\x00\x00\x00\x04" + b"\x01\x00\x05\x02\x00\x00\x00\x02"
             + b"\x01" + b"\x01\x07\x00")
     assert decode_value(ConsumerGroupCurrentMemberAssignmentKey("g", "m"), data) == \
-        ConsumerGroupCurrentMemberAssignmentValue(2, 2, 0, {T1: (4,)}, {})
+        ConsumerGroupCurrentMemberAssignmentValue(2, 2, 0, {T1: (4,)}, {}, {T1: (2,)}, {})
     # inside ClassicMemberMetadata, its protocols, and beside it
     classic = b"\x01" + b"\x00\x00\x00\x0a" + b"\x02\x02p\x01" + b"\x01\x09\x00" + b"\x01\x03\x01\xff"
     data = (b"\x00\x00" + b"\x00\x00\x02c\x02h\x01\x00" + b"\x00\x00\x00\x01" + b"\x00"
@@ -503,3 +503,20 @@ def test_fuzz_every_truncation(kv):
     for end in range(len(encoded)):
         with pytest.raises(RecordFormatError):
             decode_value(key, encoded[:end])
+
+
+def test_assignment_epochs_are_written_where_kafka_4_3_writes_them():
+    """KIP-1251: tag 0 of each TopicPartitions entry, a compact int32 array aligned with the
+    partitions, in both arrays; read back as written; a record without them reads as none."""
+    v = ConsumerGroupCurrentMemberAssignmentValue(7, 6, 1, {T1: (1, 4)}, {T1: (2,)}, {T1: (3, 7)}, {T1: (5,)})
+    data = encode_value(v)
+    assert data == (b"\x00\x00" + b"\x00\x00\x00\x07" + b"\x00\x00\x00\x06" + b"\x01"
+                    + b"\x02" + T1_BYTES + b"\x03\x00\x00\x00\x01\x00\x00\x00\x04"
+                    + b"\x01\x00\x09\x03\x00\x00\x00\x03\x00\x00\x00\x07"
+                    + b"\x02" + T1_BYTES + b"\x02\x00\x00\x00\x02" + b"\x01\x00\x05\x02\x00\x00\x00\x05"
+                    + b"\x00")
+    assert decode_value(ConsumerGroupCurrentMemberAssignmentKey("g", "m"), data) == v
+    old = ConsumerGroupCurrentMemberAssignmentValue(7, 6, 0, {T1: (1,)}, {})
+    assert decode_value(ConsumerGroupCurrentMemberAssignmentKey("g", "m"), encode_value(old)) == old
+    with pytest.raises(ValueError):
+        encode_value(ConsumerGroupCurrentMemberAssignmentValue(7, 6, 0, {T1: (1, 2)}, {}, {T1: (3,)}, {}))

@@ -9,12 +9,18 @@ acks=0 gets no response; a failed acks=0 write closes the connection, as Kafka d
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from gregor.apis.handler import CloseConnection, RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.replication.replica_manager import REPLICATION_ERRORS
+
+log = logging.getLogger(__name__)
+
+_IDEMPOTENCE_REFUSALS = frozenset({ErrorCode.out_of_order_sequence_number, ErrorCode.invalid_producer_epoch,
+                                   ErrorCode.unknown_producer_id, ErrorCode.duplicate_sequence_number})
 
 
 @handles(ApiKey.PRODUCE, 3, 11)
@@ -53,6 +59,10 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             except KafkaError as e:
                 p["error_code"] = e.code
                 p["error_message"] = e.message
+                if e.code in _IDEMPOTENCE_REFUSALS:
+                    # rare, and a client's exactly-once guarantee depends on what it does next
+                    log.info("%s-%d: produce from %s refused: %s: %s", name, pd.index, ctx.client_host, e.code.name,
+                             e.message)
                 record_errors = getattr(e, "record_errors", None)
                 if record_errors:  # v8+: which records of the batch were invalid
                     p["record_errors"] = [{"batch_index": i, "batch_index_error_message": m}

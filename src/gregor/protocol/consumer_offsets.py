@@ -262,6 +262,10 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     state: int
     assigned_partitions: dict[uuid.UUID, tuple[int, ...]] = field(default_factory=dict)
     partitions_pending_revocation: dict[uuid.UUID, tuple[int, ...]] = field(default_factory=dict)
+    # KIP-1251 (Kafka 4.3): per topic, the epoch each partition was assigned at, aligned with the
+    # partitions (tagged field 0 of each topic entry); a topic without them was written before
+    assigned_epochs: dict[uuid.UUID, tuple[int, ...]] = field(default_factory=dict)
+    pending_revocation_epochs: dict[uuid.UUID, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,14 +457,25 @@ def _write_strings(w: _Writer, items: list[str]) -> None:
         w.string(s)
 
 
-def _write_topic_partitions(w: _Writer, assignment: dict[uuid.UUID, tuple[int, ...]]) -> None:
+def _write_topic_partitions(w: _Writer, assignment: dict[uuid.UUID, tuple[int, ...]],
+                            epochs: dict[uuid.UUID, tuple[int, ...]] | None = None) -> None:
     w.array_len(len(assignment))
     for topic_id, partitions in assignment.items():
         w.uuid_(topic_id)
         w.array_len(len(partitions))
         for p in partitions:
             w.i32(p)
-        w.tags()
+        es = (epochs or {}).get(topic_id)
+        if es is None:
+            w.tags()
+            continue
+        if len(es) != len(partitions):
+            raise ValueError(f"topic {topic_id}: {len(es)} assignment epochs for {len(partitions)} partitions")
+        f = _Writer(flexible=True)
+        f.array_len(len(es))
+        for e in es:
+            f.i32(e)
+        w.tagged_fields([(0, bytes(f.out))])
 
 
 def _enc_metadata(w: _Writer, v: ConsumerGroupMetadataValue) -> None:
@@ -528,8 +543,8 @@ def _enc_current_assignment(w: _Writer, v: ConsumerGroupCurrentMemberAssignmentV
     w.i32(v.member_epoch)
     w.i32(v.previous_member_epoch)
     w.i8(v.state)
-    _write_topic_partitions(w, v.assigned_partitions)
-    _write_topic_partitions(w, v.partitions_pending_revocation)
+    _write_topic_partitions(w, v.assigned_partitions, v.assigned_epochs)
+    _write_topic_partitions(w, v.partitions_pending_revocation, v.pending_revocation_epochs)
     w.tags()
 
 
@@ -741,15 +756,30 @@ def _read_i64_field(r: _Reader, name: str) -> int:
     return v
 
 
-def _read_topic_partitions(r: _Reader, name: str) -> dict[uuid.UUID, tuple[int, ...]]:
+def _read_topic_partitions(r: _Reader, name: str, epochs: dict[uuid.UUID, tuple[int, ...]] | None = None
+                           ) -> dict[uuid.UUID, tuple[int, ...]]:
+    """The topics and partitions; with ``epochs``, each topic's assignment epochs (KIP-1251's
+    tagged field 0) go there, as written (nullable: a null or absent field is no entry)."""
     out: dict[uuid.UUID, tuple[int, ...]] = {}
     for _ in range(r.required_array_len(name)):
         topic_id = r.uuid_()
         partitions = tuple(r.i32() for _ in range(r.required_array_len("partitions")))
-        r.skip_tags()  # newer Kafka tags assignment epochs here (KIP-1251)
+        found: tuple[int, ...] | None = None
+        if epochs is None:
+            r.skip_tags()
+        for tag, f in (r.tagged_fields() if epochs is not None else ()):
+            if tag == 0:
+                n = f.array_len()
+                if n >= 0:
+                    if n * 4 > f.remaining():
+                        raise RecordFormatError(f"assignment epochs of {name} have {n} elements, more than their bytes")
+                    found = tuple(f.i32() for _ in range(n))
+                f.end_of_field("assignmentEpochs")
         if topic_id in out:  # Kafka's replay (Collectors.toMap) fails on it too
             raise RecordFormatError(f"topic {topic_id} appears twice in {name}")
         out[topic_id] = partitions
+        if epochs is not None and found is not None:
+            epochs[topic_id] = found
     return out
 
 
@@ -833,10 +863,13 @@ def _dec_current_assignment(r: _Reader) -> ConsumerGroupCurrentMemberAssignmentV
     member_epoch = r.i32()
     previous_member_epoch = r.i32()
     state = r.i8()
-    assigned = _read_topic_partitions(r, "assigned partitions")
-    pending = _read_topic_partitions(r, "partitions pending revocation")
+    assigned_epochs: dict[uuid.UUID, tuple[int, ...]] = {}
+    pending_epochs: dict[uuid.UUID, tuple[int, ...]] = {}
+    assigned = _read_topic_partitions(r, "assigned partitions", assigned_epochs)
+    pending = _read_topic_partitions(r, "partitions pending revocation", pending_epochs)
     r.skip_tags()
-    return ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous_member_epoch, state, assigned, pending)
+    return ConsumerGroupCurrentMemberAssignmentValue(member_epoch, previous_member_epoch, state, assigned, pending,
+                                                     assigned_epochs, pending_epochs)
 
 
 def _dec_regular_expression(r: _Reader) -> ConsumerGroupRegularExpressionValue:

@@ -81,6 +81,10 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # KIP-1251: the epoch at which each partition held (assigned or pending revocation) was
+    # assigned to this member; an offset commit at an older member epoch is accepted for a
+    # partition assigned at or before it
+    assignment_epochs: dict[tuple[TopicId, int], int] = field(default_factory=dict)
     # a member that joined with the classic protocol (JoinGroup): its session timeout and protocols
     classic: ClassicMemberMetadata | None = None
 
@@ -108,8 +112,18 @@ class ConsumerMember:
     def same_assignment(self, other: ConsumerMember) -> bool:
         """Everything ConsumerGroupCurrentMemberAssignment holds is the same."""
         return (self.member_epoch, self.previous_member_epoch, self.state, self.assigned,
-                self.pending_revocation) == (other.member_epoch, other.previous_member_epoch, other.state,
-                                             other.assigned, other.pending_revocation)
+                self.pending_revocation, self.assignment_epochs) == (
+                other.member_epoch, other.previous_member_epoch, other.state, other.assigned,
+                other.pending_revocation, other.assignment_epochs)
+
+    def assignment_epoch(self, topic_id: TopicId, partition: int) -> int | None:
+        """The epoch at which the member was given a partition it holds (assigned or pending
+        revocation); None if it does not hold it. A partition whose epoch was never recorded
+        (a record written before KIP-1251) counts as assigned at the member's epoch."""
+        if partition not in self.assigned.get(topic_id, ()) and partition not in self.pending_revocation.get(
+                topic_id, ()):
+            return None
+        return self.assignment_epochs.get((topic_id, partition), max(self.member_epoch, 0))
 
 
 @dataclass

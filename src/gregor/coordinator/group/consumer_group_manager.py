@@ -131,11 +131,19 @@ def member_record(group_id: str, m: ConsumerMember) -> Record:
                 server_assignor=m.server_assignor, classic_member_metadata=m.classic))
 
 
+def _epochs_of(m: ConsumerMember, partitions: dict[TopicId, tuple[int, ...]]) -> dict[TopicId, tuple[int, ...]]:
+    """Each partition's assignment epoch, in the order the record lists the partitions."""
+    return {t: tuple(m.assignment_epochs.get((t, p), max(m.member_epoch, 0)) for p in ps)
+            for t, ps in partitions.items()}
+
+
 def current_assignment_record(group_id: str, m: ConsumerMember) -> Record:
+    assigned, pending = _sorted(m.assigned), _sorted(m.pending_revocation)
     return (ConsumerGroupCurrentMemberAssignmentKey(group_id, m.member_id),
             ConsumerGroupCurrentMemberAssignmentValue(
                 member_epoch=m.member_epoch, previous_member_epoch=m.previous_member_epoch, state=int(m.state),
-                assigned_partitions=_sorted(m.assigned), partitions_pending_revocation=_sorted(m.pending_revocation)))
+                assigned_partitions=assigned, partitions_pending_revocation=pending,
+                assigned_epochs=_epochs_of(m, assigned), pending_revocation_epochs=_epochs_of(m, pending)))
 
 
 def target_record(group_id: str, member_id: str, a: Assignment) -> Record:
@@ -342,7 +350,7 @@ class ConsumerGroupManager:
         rejoined = joining and member_id in group.members  # it abandoned what it had: starts again from 0
         if rejoined:
             member = member.with_subscription(member_epoch=0, previous_member_epoch=0, state=MemberState.STABLE,
-                                              assigned={}, pending_revocation={})
+                                              assigned={}, pending_revocation={}, assignment_epochs={})
         updated = member.with_subscription(
             instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
             rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
@@ -621,7 +629,10 @@ class ConsumerGroupManager:
             # a static member leaves for now: it keeps its place (and target) until its session ends
             log.info("[GroupId %s] Static member %s with instance id %s temporarily left the consumer group",
                      group.group_id, member.member_id, req.instance_id)
-            leaving = member.with_subscription(member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
+            leaving = member.with_subscription(
+                member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={},
+                assignment_epochs={tp: e for tp, e in member.assignment_epochs.items()
+                                   if tp[1] in member.assigned.get(tp[0], ())})
             return CoordinatorResult([current_assignment_record(group.group_id, leaving)], response)
         log.info("[GroupId %s] Static member %s with instance id %s left the consumer group", group.group_id,
                  member.member_id, req.instance_id)
@@ -760,13 +771,27 @@ class ConsumerGroupManager:
         if value is None:
             if old is not None:  # the member no longer holds anything (its removal follows)
                 group.put_member(old.with_subscription(member_epoch=LEAVE_EPOCH, previous_member_epoch=LEAVE_EPOCH,
-                                                       assigned={}, pending_revocation={}), self._now())
+                                                       assigned={}, pending_revocation={}, assignment_epochs={}),
+                                 self._now())
             return
+        epochs: dict[tuple[TopicId, int], int] = {}
+        default = max(value.member_epoch, 0)  # a static member's leave is written at -2
+        for parts, given in ((value.assigned_partitions, value.assigned_epochs),
+                             (value.partitions_pending_revocation, value.pending_revocation_epochs)):
+            for t, ps in parts.items():
+                es = (given or {}).get(t)
+                if es is not None and len(es) != len(ps):
+                    log.error("[GroupId %s] Size of assignment epochs %d is not equal to partitions %d for topic %s "
+                              "of member %s: the member epoch is used", gid, len(es), len(ps), t, member_id)
+                    es = None
+                for i, p_ in enumerate(ps):
+                    epochs[(t, p_)] = es[i] if es is not None else default
         group.put_member(now_ms=self._now(), member=(old or ConsumerMember(member_id)).with_subscription(
             member_epoch=value.member_epoch, previous_member_epoch=value.previous_member_epoch,
             state=_member_state(value.state),
             assigned={t: frozenset(ps) for t, ps in value.assigned_partitions.items() if ps},
-            pending_revocation={t: frozenset(ps) for t, ps in value.partitions_pending_revocation.items() if ps}))
+            pending_revocation={t: frozenset(ps) for t, ps in value.partitions_pending_revocation.items() if ps},
+            assignment_epochs=epochs))
 
     def on_loaded(self) -> None:
         """Every member of a loaded group gets a fresh session (and rebalance) timeout, as Kafka does;

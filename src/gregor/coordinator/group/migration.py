@@ -174,6 +174,7 @@ def upgrade(ctx: ShardContext, classic: ClassicGroup, records: list[Record]) -> 
             client_host=m.client_host, subscribed_topic_names=tuple(sorted(set(sub.topics))),
             rebalance_timeout_ms=m.rebalance_timeout_ms, member_epoch=gen, previous_member_epoch=gen,
             state=MemberState.STABLE, assigned=assigned,
+            assignment_epochs={(t, p): gen for t, ps in assigned.items() for p in ps},
             classic=ClassicMemberMetadata(m.session_timeout_ms, list(m.protocols)))
         group.target[m.member_id] = assigned
         group.put_member(member, now)

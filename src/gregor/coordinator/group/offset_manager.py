@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from gregor.coordinator.group.api import (
     CommitRequest,
@@ -30,7 +31,7 @@ from gregor.coordinator.group.api import (
     OffsetFetchResult,
     TopicPartition,
 )
-from gregor.coordinator.group.consumer_group import ConsumerGroup
+from gregor.coordinator.group.consumer_group import ConsumerGroup, TopicId
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState
 from gregor.coordinator.runtime.committed import ABSENT
@@ -56,13 +57,14 @@ class OffsetManager:
         consumer = self.ctx.consumer_groups.get(req.group_id)
         group = self.ctx.groups.get(req.group_id)
         if consumer is not None:
-            error = _validate_consumer_member(consumer, req)
+            error, why = _validate_consumer_member(consumer, req, self.ctx.topic_metadata,
+                                                   self.ctx.config.offset_metadata_max_bytes)
             if error is not None:
                 if error in (ErrorCode.stale_member_epoch, ErrorCode.illegal_generation):
                     member = consumer.members[req.member_id]
-                    log.info("[GroupId %s] OffsetCommit of member %s refused: epoch %d, member epoch %d (%s)",
+                    log.info("[GroupId %s] OffsetCommit of member %s refused: epoch %d, member epoch %d (%s)%s",
                              req.group_id, member.member_id, req.generation_id, member.member_epoch,
-                             member.state.name)
+                             member.state.name, f": {why}" if why else "")
                 return all_(error)
         elif group is None:
             if req.generation_id >= 0:
@@ -232,24 +234,43 @@ class OffsetManager:
             self.ctx.groups[key.group] = ClassicGroup(key.group, state_timestamp_ms=-1)
 
 
-def _validate_consumer_member(group: ConsumerGroup, req: CommitRequest) -> ErrorCode | None:
+def _validate_consumer_member(group: ConsumerGroup, req: CommitRequest,
+                              topic_metadata: Callable[[str], tuple[TopicId, int] | None],
+                              metadata_limit: int) -> tuple[ErrorCode | None, str]:
     """A commit to a consumer-protocol group (Kafka's ConsumerGroup.validateOffsetCommit): from
-    outside the group (epoch -1) only while it is empty; else from a member at its epoch. A
-    consumer-protocol member needs OffsetCommit v9 (the epoch) and a wrong epoch is
-    STALE_MEMBER_EPOCH; a classic member of the group commits at its generation (its member
-    epoch) with any version, and a wrong one is ILLEGAL_GENERATION."""
+    outside the group (epoch -1) only while it is empty; else from a member. A classic member of
+    the group commits at its generation (its member epoch) with any version, and a wrong one is
+    ILLEGAL_GENERATION. A consumer-protocol member needs OffsetCommit v9 (the epoch); its epoch
+    may be older than its current one (KIP-1251, Kafka 4.3: a commit sent just before the member
+    moved on to a new epoch) as long as every partition committed is one it holds and was given
+    at or before that epoch; a newer epoch, or a partition it does not hold or got later, is
+    STALE_MEMBER_EPOCH for the whole request."""
     if req.generation_id < 0 and not group.members:
-        return None
+        return None, ""
     member = group.members.get(req.member_id)
     if member is None:
-        return ErrorCode.unknown_member_id
+        return ErrorCode.unknown_member_id, ""
     if member.uses_classic_protocol:
-        return ErrorCode.illegal_generation if req.generation_id != member.member_epoch else None
+        return (ErrorCode.illegal_generation, "") if req.generation_id != member.member_epoch else (None, "")
     if req.api_version < 9:
-        return ErrorCode.unsupported_version
-    if req.generation_id != member.member_epoch:
-        return ErrorCode.stale_member_epoch
-    return None
+        return ErrorCode.unsupported_version, ""
+    received = req.generation_id
+    if received == member.member_epoch:
+        return None, ""
+    if received > member.member_epoch:
+        return ErrorCode.stale_member_epoch, (f"the received member epoch {received} is larger than the member "
+                                              f"epoch {member.member_epoch}")
+    for p in req.partitions:
+        if len((p.metadata or "").encode()) > metadata_limit:
+            continue  # answered OFFSET_METADATA_TOO_LARGE, not checked (as Kafka)
+        meta = topic_metadata(p.topic)
+        assigned_at = member.assignment_epoch(meta[0], p.partition) if meta is not None else None
+        if assigned_at is None:
+            return ErrorCode.stale_member_epoch, f"partition {p.topic}-{p.partition} is not assigned to the member"
+        if received < assigned_at:
+            return ErrorCode.stale_member_epoch, (f"partition {p.topic}-{p.partition} was assigned at epoch "
+                                                  f"{assigned_at}, after the received epoch {received}")
+    return None, ""
 
 
 def subscribed_topics(group: ClassicGroup) -> set[str]:

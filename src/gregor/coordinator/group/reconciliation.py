@@ -40,7 +40,9 @@ def reconcile(member: ConsumerMember, target_epoch: int, target: Assignment, par
     if state is MemberState.UNREVOKED_PARTITIONS:
         if owns_any(owned, member.pending_revocation):
             return member
-        return _next(member, member.member_epoch + 1, target_epoch, target, partition_epoch, owned)
+        # revoked: on towards the target, from the epoch it is at (Kafka 4.x; an epoch of its own,
+        # one above, would be an epoch the group never had)
+        return _next(member, member.member_epoch, target_epoch, target, partition_epoch, owned)
     if state is MemberState.UNRELEASED_PARTITIONS:
         return _next(member, member.member_epoch, target_epoch, target, partition_epoch, owned)
     # UNKNOWN: start again from nothing
@@ -57,10 +59,13 @@ def _epoch(member: ConsumerMember, epoch: int, **changes: object) -> ConsumerMem
 
 def _next(member: ConsumerMember, epoch: int, target_epoch: int, target: Assignment, partition_epoch: PartitionEpoch,
           owned: Assignment | None) -> ConsumerMember:
+    """Kept partitions keep the epoch they were assigned at, and so do the ones to revoke; the
+    ones added are assigned at the target epoch (KIP-1251's assignment epochs)."""
     unreleased = False
     assigned: Assignment = {}
     revoking: Assignment = {}
     adding: Assignment = {}
+    epochs: dict[tuple[TopicId, int], int] = {}
     for topic_id in target.keys() | member.assigned.keys():
         want = target.get(topic_id, frozenset())
         have = member.assigned.get(topic_id, frozenset())
@@ -69,15 +74,22 @@ def _next(member: ConsumerMember, epoch: int, target_epoch: int, target: Assignm
             assigned[topic_id] = keep
         if have - keep:
             revoking[topic_id] = have - keep
-        new = [p for p in want - keep if partition_epoch(topic_id, p) == -1]
+        for p in have:
+            epochs[(topic_id, p)] = member.assignment_epochs.get((topic_id, p), max(member.member_epoch, 0))
+        mine = member.pending_revocation.get(topic_id, frozenset())  # held by this member: not unreleased
+        new = [p for p in want - keep if p in mine or partition_epoch(topic_id, p) == -1]
         if len(new) < len(want - keep):
             unreleased = True
         if new:
             adding[topic_id] = frozenset(new)
     if revoking and owns_any(owned, revoking):
         return _epoch(member, epoch, state=MemberState.UNREVOKED_PARTITIONS, assigned=assigned,
-                      pending_revocation=revoking)
+                      pending_revocation=revoking, assignment_epochs=epochs)
     for topic_id, partitions in adding.items():
         assigned[topic_id] = assigned.get(topic_id, frozenset()) | partitions
+        for p in partitions:
+            epochs[(topic_id, p)] = target_epoch
+    epochs = {tp: e for tp, e in epochs.items() if tp[1] in assigned.get(tp[0], ())}
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return _epoch(member, target_epoch, state=state, assigned=assigned, pending_revocation={})
+    return _epoch(member, target_epoch, state=state, assigned=assigned, pending_revocation={},
+                  assignment_epochs=epochs)
