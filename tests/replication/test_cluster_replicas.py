@@ -164,6 +164,39 @@ async def test_min_insync_counts_the_maximal_isr(h: Harness) -> None:
     assert await waiter == ErrorCode.none
 
 
+@aio
+async def test_a_gap_left_by_a_batch_refused_for_want_of_replicas_is_refused_the_same_way(h: Harness) -> None:
+    """An idempotent producer's batch is refused NOT_ENOUGH_REPLICAS; a replica rejoins; its next
+    batch, already on its way, passes the check one sequence ahead. Kafka would answer
+    OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka bumps its epoch for every partition and
+    writes again what other partitions' lost answers covered (duplicates, seen in the fault
+    tests); it is refused NOT_ENOUGH_REPLICAS like the batch before it, and both then go in, in
+    order. A real gap is still OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    await h.start()
+    part = h.lead(isr=[1, 2])
+    _, w = h.produce(records=2, producer=(7, 0, 0))
+    h.rm.follower_fetched(part, 2, 2, 0)
+    assert await w == ErrorCode.none
+    h.store.controller_write(0, 1, 2, [1])  # broker 2 out of the ISR, at a new leader epoch
+    h.deliver(0)
+    with pytest.raises(KafkaError) as e:
+        h.produce(records=2, producer=(7, 0, 2))
+    assert e.value.code == ErrorCode.not_enough_replicas
+    h.rm.follower_fetched(part, 2, 2, 0)  # broker 2 caught up: back in the (maximal) ISR
+    await settle()
+    with pytest.raises(KafkaError) as e:
+        h.produce(records=2, producer=(7, 0, 4))  # the next batch, sent before the answer
+    assert e.value.code == ErrorCode.not_enough_replicas
+    res, w = h.produce(records=2, producer=(7, 0, 2))  # resent in order
+    res4, w4 = h.produce(records=2, producer=(7, 0, 4))
+    assert (res.base_offset, res4.base_offset) == (2, 4)
+    h.rm.follower_fetched(part, 2, 6, 0)
+    assert await w == await w4 == ErrorCode.none
+    with pytest.raises(KafkaError) as e:
+        h.produce(records=1, producer=(7, 0, 9))  # a gap of the producer's own
+    assert e.value.code == ErrorCode.out_of_order_sequence_number
+
+
 # -- acks=all -------------------------------------------------------------------------------------
 @aio
 async def test_acks_all_answers_once_the_isr_has_the_batch(h: Harness) -> None:

@@ -109,8 +109,11 @@ class Harness:
         self.deliver(partition)
         return self.rm.partitions[(TOPIC, partition)]
 
-    def produce(self, partition: int = 0, records: int = 1, acks: int = -1, timeout_s: float = 5) -> Any:
-        batch = build_batch([(None, b"x")] * records)
+    def produce(self, partition: int = 0, records: int = 1, acks: int = -1, timeout_s: float = 5,
+                producer: tuple[int, int, int] | None = None) -> Any:
+        """``producer``: (producer id, epoch, first sequence) of an idempotent producer's batch."""
+        pid, epoch, seq = producer if producer is not None else (-1, -1, -1)
+        batch = build_batch([(None, b"x")] * records, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
         return self.rm.append_records(TOPIC, partition, batch, acks, timeout_s)
 
     async def close(self) -> None:

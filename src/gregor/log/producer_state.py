@@ -86,6 +86,15 @@ class ProducerStateManager:
             )
         return None
 
+    def expected_sequence(self, producer_id: int, epoch: int) -> int | None:
+        """The sequence the producer's next batch at ``epoch`` must start with (None: unknown)."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            return 0  # a producer new here, or at a new epoch, starts at 0
+        if entry.epoch != epoch or not entry.batches:
+            return None
+        return (entry.last_seq + 1) % _SEQ_MOD
+
     def update(self, h: BatchHeader) -> None:
         """Record an appended batch (offsets assigned)."""
         if h.producer_id < 0:

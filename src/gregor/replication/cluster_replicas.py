@@ -54,6 +54,7 @@ from gregor.cluster.zk.znodes import PartitionState
 from gregor.log.log_manager import LogManager
 from gregor.log.storage_errors import StorageError
 from gregor.log.topic_registry import TopicRegistry
+from gregor.protocol import record_batch as rb
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.replication.partition import FollowerState, Partition, TopicPartition
 from gregor.replication.replica_fetcher import ReplicaFetcher
@@ -415,12 +416,22 @@ class ClusterReplicas(ReplicaManager):
     def append_records(self, topic: str, partition: int, records: bytes, acks: int, timeout_s: float) -> Appended:
         part = self.leader_partition(topic, partition)
         if acks == -1:
-            self._check_min_isr(part)
+            try:
+                self._check_min_isr(part)
+            except KafkaError:
+                _note_refused(part, records)
+                raise
         try:
             res = part.log.append(records, leader_epoch=part.leader_epoch)
         except StorageError as e:
             self.storage_failed(part, e)
             raise
+        except KafkaError as e:
+            if e.code is ErrorCode.out_of_order_sequence_number:
+                _gap_after_refusal(part, records, e)
+            raise
+        if part.refused_sequences:
+            _note_appended(part, records)
         self.logs.notifier.notify(part.tp)  # followers long-polling
         required = part.log.log_end_offset
         self._maybe_advance_hwm(part)
@@ -649,3 +660,51 @@ class ClusterReplicas(ReplicaManager):
         if known is None or st.zk_version >= known.zk_version:
             self.states[part.tp] = st
         self._apply(part)
+
+
+# -- a gap left by a refused batch ---------------------------------------------------------------
+# An idempotent producer pipelines its batches: with batch N refused NOT_ENOUGH_REPLICAS before it
+# was appended, batch N+1 may arrive after a replica rejoined the ISR and pass the check, to find
+# its sequence one batch ahead. Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka then
+# bumps its producer epoch for every partition, re-sending under the new epoch the batches of
+# other partitions whose answers it had lost (a leader that moved, a connection that broke), which
+# the old leader may have written: duplicates. The gap is this broker's own doing, so it is
+# answered as the batch before it was, NOT_ENOUGH_REPLICAS (retriable): the producer sends both
+# again, in order, under the same epoch, and the duplicates are recognised.
+
+def _header(records: bytes) -> rb.BatchHeader | None:
+    try:
+        h = rb.read_header(records, 0)
+    except rb.InvalidBatch:  # the append validates the batch and says what is wrong with it
+        return None
+    return h if h.producer_id >= 0 and h.base_sequence >= 0 else None
+
+
+def _note_refused(part: Partition, records: bytes) -> None:
+    h = _header(records)
+    if h is None:
+        return
+    known = part.refused_sequences.get(h.producer_id)
+    if known is None or known[0] != h.producer_epoch or h.base_sequence < known[1]:
+        part.refused_sequences[h.producer_id] = (h.producer_epoch, h.base_sequence)
+
+
+def _gap_after_refusal(part: Partition, records: bytes, error: KafkaError) -> None:
+    h = _header(records)
+    refused = part.refused_sequences.get(h.producer_id) if h is not None else None
+    if h is None or refused is None or refused[0] != h.producer_epoch or h.base_sequence <= refused[1]:
+        return
+    if part.log.producer_state.expected_sequence(h.producer_id, h.producer_epoch) != refused[1]:
+        return
+    raise KafkaError(ErrorCode.not_enough_replicas,
+                     f"{part.topic}-{part.partition}: producer {h.producer_id}'s batch with sequence {refused[1]}, "
+                     f"before this one ({h.base_sequence}), was refused for want of in-sync replicas; send it "
+                     "first") from error
+
+
+def _note_appended(part: Partition, records: bytes) -> None:
+    h = _header(records)
+    if h is not None:
+        refused = part.refused_sequences.get(h.producer_id)
+        if refused is not None and (refused[0] != h.producer_epoch or h.base_sequence <= refused[1]):
+            del part.refused_sequences[h.producer_id]  # the refused batch got in: the gap is closed

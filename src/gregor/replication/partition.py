@@ -58,6 +58,9 @@ class Partition:
     state_version: int = -1
     controller_epoch: int = 0
     isr_write: asyncio.Task[None] | None = None
+    # idempotent producers whose batch was refused NOT_ENOUGH_REPLICAS before it was appended:
+    # producer id -> (producer epoch, that batch's first sequence) (ClusterReplicas.append_records)
+    refused_sequences: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def tp(self) -> TopicPartition:
