@@ -96,6 +96,9 @@ def check_acks_1(bootstrap: str, prod: ContinuousProducer, kept_leader: set[int]
             at = dict(got[p])
             lost = [(o, v, at.get(o)) for o, v in prod.acked[p] if at.get(o) != v]
             assert not lost, f"partition {p}: acknowledged records not read back (offset, acked, found): {lost[:5]}"
+            values = set(at.values())
+            missing = [v for v in prod.acked_unknown[p] if v not in values]
+            assert not missing, f"partition {p}: acknowledged records (offset unknown) not in the log: {missing[:5]}"
     return {p: len(got[p]) for p in got}
 
 
