@@ -315,6 +315,19 @@ def test_a_classic_group_with_members_is_not_taken_over():
     assert r.error_message.startswith("Cannot upgrade classic group g to consumer group because ")
 
 
+def test_describing_a_classic_group_as_a_consumer_group_says_so():
+    """ConsumerGroupDescribe of a classic group: GROUP_ID_NOT_FOUND with Kafka's message."""
+    from gregor.protocol.errors import KafkaError
+    from tests.coordinator.harness import stable_group
+
+    h = ConsumerHarness()
+    stable_group(h, 1)
+    with pytest.raises(KafkaError) as e:
+        h.shard.consumer_group_view("g")
+    assert e.value.code == ErrorCode.group_id_not_found and e.value.message == "Group g is not a consumer group."
+    assert h.shard.consumer_group_view("nobody") is None
+
+
 def test_listed_and_described_with_phases():
     h = ConsumerHarness()
     a, b = Client(h, ["foo"]), Client(h, ["foo"])

@@ -89,7 +89,7 @@ def _member(m: ConsumerMemberView, names: dict[Any, str]) -> dict[str, Any]:
 def _described(group_id: str, view: ConsumerGroupView | None, ops: int) -> dict[str, Any]:
     if view is None:
         return {"error_code": ErrorCode.group_id_not_found, "error_message": f"Group {group_id} not found.",
-                "group_id": group_id, "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1,
+                "group_id": group_id, "group_state": "", "group_epoch": 0, "assignment_epoch": 0,
                 "assignor_name": "", "members": [], "authorized_operations": ops}
     return {"error_code": ErrorCode.none, "error_message": None, "group_id": group_id, "group_state": view.state,
             "group_epoch": view.group_epoch, "assignment_epoch": view.assignment_epoch,
@@ -106,6 +106,6 @@ async def consumer_group_describe(ctx: RequestContext, req: Any) -> dict[str, An
             out.append(_described(group_id, await ctx.groups.describe_consumer_group(group_id), ops))
         except KafkaError as e:
             out.append({"error_code": e.code, "error_message": e.message or None, "group_id": group_id,
-                        "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                        "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
                         "members": [], "authorized_operations": ops})
     return {"throttle_time": 0, "groups": out}

@@ -28,7 +28,7 @@ async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 @handles(ApiKey.LIST_GROUPS, 0, 5)
 async def list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    states = {s.lower() for s in getattr(req, "states_filter", ())} or None
+    states = {s.lower().strip() for s in getattr(req, "states_filter", ())} or None
     types = {t.lower() for t in getattr(req, "types_filter", ())}
     result = ctx.groups.list_groups(states)
     return {"throttle_time": 0, "error_code": result.error, "groups": [

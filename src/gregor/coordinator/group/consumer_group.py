@@ -137,8 +137,15 @@ class ConsumerGroup:
     # partition -> (member id, member epoch) of the member holding it (assigned or pending revocation)
     owners: dict[tuple[TopicId, int], tuple[str, int]] = field(default_factory=dict)
     # topic name -> partition count the target was computed for (ConsumerGroupPartitionMetadata)
+    # (derived from the topics, not replayed: Kafka 4.1 writes only the hash below)
     subscription_metadata: dict[str, tuple[TopicId, int]] = field(default_factory=dict)
+    # KIP-1101: the hash of the subscribed topics the target assignment was computed for
+    # (ConsumerGroupMetadata's MetadataHash); another hash at a heartbeat bumps the group epoch
     metadata_hash: int = 0
+    # a ConsumerGroupPartitionMetadata record (Kafka 4.0's, or Gregor's before) is in the log: it
+    # is tombstoned with the next epoch
+    has_partition_metadata_record: bool = False
+    creation_time_ms: int = -1  # KIP-1282: when the group was created (-1: unknown)
     # regex -> how many members subscribe to it, and what each regex resolved to
     # (ConsumerGroupRegularExpression records; subscriptions.py)
     regex_subscribers: dict[str, int] = field(default_factory=dict)

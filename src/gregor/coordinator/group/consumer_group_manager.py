@@ -42,6 +42,7 @@ from gregor.coordinator.group.consumer_group import (
     is_subset,
 )
 from gregor.coordinator.group.context import ShardContext
+from gregor.coordinator.group.metadata_hash import group_hash
 from gregor.coordinator.group.model import ClassicGroup
 from gregor.coordinator.group.reconciliation import reconcile
 from gregor.coordinator.group.subscriptions import (
@@ -151,11 +152,25 @@ def target_record(group_id: str, member_id: str, a: Assignment) -> Record:
             ConsumerGroupTargetAssignmentMemberValue(topic_partitions=_sorted(a)))
 
 
-def epoch_record(group_id: str, epoch: int, metadata_hash: int = 0) -> Record:
-    return (ConsumerGroupMetadataKey(group_id), ConsumerGroupMetadataValue(epoch=epoch, metadata_hash=metadata_hash))
+def epoch_record(group_id: str, epoch: int, metadata_hash: int = 0, creation_time_ms: int = -1) -> Record:
+    return (ConsumerGroupMetadataKey(group_id), ConsumerGroupMetadataValue(
+        epoch=epoch, metadata_hash=metadata_hash, creation_time_ms=creation_time_ms))
+
+
+def new_epoch_records(group: ConsumerGroup, epoch: int, metadata_hash: int, now_ms: int) -> list[Record]:
+    """The group's next epoch with the hash of its topics as they are now (as Kafka 4.1, every
+    epoch record carries it), its creation time (set with its first epoch), and the tombstone of
+    a ConsumerGroupPartitionMetadata record still in the log."""
+    created = group.creation_time_ms if group.creation_time_ms >= 0 or group.group_epoch > 0 else now_ms
+    out: list[Record] = [epoch_record(group.group_id, epoch, metadata_hash, created)]
+    if group.has_partition_metadata_record:
+        out.append((ConsumerGroupPartitionMetadataKey(group.group_id), None))
+    return out
 
 
 def subscription_metadata_record(group_id: str, metadata: dict[str, tuple[TopicId, int]]) -> Record:
+    """Kafka 4.0's per-topic record, which 4.1 replaced with the hash: read, tombstoned, never
+    written by the coordinator (kept for tests of that reading)."""
     topics = [TopicMetadata(topic_id=tid, topic_name=name, num_partitions=n)
               for name, (tid, n) in sorted(metadata.items())]
     return (ConsumerGroupPartitionMetadataKey(group_id), ConsumerGroupPartitionMetadataValue(topics=topics))
@@ -408,13 +423,14 @@ class ConsumerGroupManager:
             metadata = self._metadata_of(self._group_topic_names(group))
         else:
             metadata = self._subscription_metadata(members_after(), group.resolved_regexes)
-        if metadata != group.subscription_metadata:
-            records.append(subscription_metadata_record(group.group_id, metadata))
+        group.subscription_metadata = metadata  # derived from the topics: kept as seen
+        metadata_hash = self._hash_of(metadata)
+        if metadata_hash != group.metadata_hash:
             bump = True
         group_epoch = group.group_epoch
         if bump:
             group_epoch += 1
-            records.append(epoch_record(group.group_id, group_epoch))
+            records += new_epoch_records(group, group_epoch, metadata_hash, self._now())
             log.info("[GroupId %s] Bumped group epoch to %d", group.group_id, group_epoch)
         if group_epoch > group.assignment_epoch:
             target_epoch = group_epoch
@@ -463,6 +479,10 @@ class ConsumerGroupManager:
                                ) -> dict[str, tuple[TopicId, int]]:
         return self._metadata_of(subscribed_topics(members.values(), resolved))
 
+    def _hash_of(self, metadata: dict[str, tuple[TopicId, int]]) -> int:
+        """The KIP-1101 hash of the group's subscribed topics that exist."""
+        return group_hash({name: self.ctx.topic_hash(name) for name in metadata})
+
     def _metadata_of(self, names: Iterable[str]) -> dict[str, tuple[TopicId, int]]:
         out: dict[str, tuple[TopicId, int]] = {}
         for name in names:
@@ -489,11 +509,10 @@ class ConsumerGroupManager:
             return CoordinatorResult()
         records, changed, resolved = self.regexes.refresh(group)
         metadata = self._subscription_metadata(group.members, resolved)
-        if metadata != group.subscription_metadata:
-            records.append(subscription_metadata_record(group_id, metadata))
-            changed = True
-        if changed:
-            records.append(epoch_record(group_id, group.group_epoch + 1))
+        group.subscription_metadata = metadata
+        metadata_hash = self._hash_of(metadata)
+        if changed or metadata_hash != group.metadata_hash:
+            records += new_epoch_records(group, group.group_epoch + 1, metadata_hash, self._now())
             log.info("[GroupId %s] Bumped group epoch to %d", group_id, group.group_epoch + 1)
         return CoordinatorResult(records)
 
@@ -548,7 +567,7 @@ class ConsumerGroupManager:
             now = {mid: {t: frozenset(ps) for t, ps in result.get(mid, {}).items() if ps} for mid in group.members}
             was = {mid: {t: frozenset(ps) for t, ps in group.target_of(mid).items() if ps} for mid in group.members}
             if now != was:
-                records.append(epoch_record(group.group_id, group.group_epoch + 1))
+                records += new_epoch_records(group, group.group_epoch + 1, group.metadata_hash, self._now())
                 log.info("[GroupId %s] The target assignment loaded does not follow the group's steering (%s): "
                          "bumped group epoch to %d", group.group_id, self.steering_of(group.group_id).to_config(),
                          group.group_epoch + 1)
@@ -594,7 +613,7 @@ class ConsumerGroupManager:
         if group is None:
             return CoordinatorResult()
         log.info("[GroupId %s] Steering changed: %s", group_id, self.steering_of(group_id).to_config())
-        return CoordinatorResult([epoch_record(group_id, group.group_epoch + 1)])
+        return CoordinatorResult(new_epoch_records(group, group.group_epoch + 1, group.metadata_hash, self._now()))
 
     def _assignor_name(self, members: dict[str, ConsumerMember]) -> str:
         """The assignor most members ask for (ties: the broker's order), else the broker's first."""
@@ -658,9 +677,7 @@ class ConsumerGroupManager:
         records += self.regexes.removal_records(group, members)
         rest = {mid: m for mid, m in group.members.items() if mid not in gone}
         metadata = self._subscription_metadata(rest, group.resolved_regexes)
-        if metadata != group.subscription_metadata:
-            records.append(subscription_metadata_record(group.group_id, metadata))
-        records.append(epoch_record(group.group_id, group.group_epoch + 1))
+        records += new_epoch_records(group, group.group_epoch + 1, self._hash_of(metadata), self._now())
         return records
 
     def fence(self, group_id: str, member_id: str, reason: str) -> CoordinatorResult[None]:
@@ -719,13 +736,17 @@ class ConsumerGroupManager:
             else:
                 group = self._replayed_group(gid)
                 group.group_epoch = value.epoch
-                group.metadata_hash = getattr(value, "metadata_hash", 0)
+                group.metadata_hash = value.metadata_hash
+                group.creation_time_ms = value.creation_time_ms
         elif isinstance(key, ConsumerGroupPartitionMetadataKey):
+            # Kafka 4.0's record (and Gregor's before the hash): its topics name the group's topic
+            # ids until the next heartbeat; the next epoch tombstones it
             if value is not None:
-                self._replayed_group(gid).subscription_metadata = {
-                    t.topic_name: (t.topic_id, t.num_partitions) for t in value.topics}
+                group = self._replayed_group(gid)
+                group.has_partition_metadata_record = True
+                group.subscription_metadata = {t.topic_name: (t.topic_id, t.num_partitions) for t in value.topics}
             elif gid in self.groups:
-                self.groups[gid].subscription_metadata = {}
+                self.groups[gid].has_partition_metadata_record = False
         elif isinstance(key, ConsumerGroupMemberMetadataKey):
             if value is None:
                 group = self.groups.get(gid)
@@ -797,6 +818,8 @@ class ConsumerGroupManager:
         """Every member of a loaded group gets a fresh session (and rebalance) timeout, as Kafka does;
         then the targets are checked against the groups' steering (``_check_targets_after_load``)."""
         for group in self.groups.values():
+            if not group.subscription_metadata:  # derived, not replayed: the topics as they are now
+                group.subscription_metadata = self._metadata_of(self._group_topic_names(group))
             for member in group.members.values():
                 self._schedule_session_timeout(group.group_id, member.member_id,
                                                member.classic.session_timeout_ms if member.classic else None)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gregor.coordinator.group.consumer_group import ConsumerGroup, TopicId
+from gregor.coordinator.group.metadata_hash import topic_hash
 from gregor.coordinator.group.model import ClassicGroup
 from gregor.coordinator.runtime.committed import CommittedReads
 from gregor.coordinator.runtime.result import Deferred
@@ -44,6 +45,9 @@ class ShardContext:
     # topic name -> (topic id, partition count), None if there is no such topic
     topic_metadata: Callable[[str], tuple[TopicId, int] | None] = lambda name: None
     topic_name: Callable[[TopicId], str | None] = lambda topic_id: None
+    # topic name -> its KIP-1101 hash (id, partitions, replica racks); None: from topic_metadata,
+    # without racks
+    topic_hash_of: Callable[[str], int] | None = None
     # a group's own settings (group configs: IncrementalAlterConfigs on the GROUP resource), by key
     group_settings: Callable[[str], dict[str, Any]] = lambda group_id: {}
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
@@ -53,6 +57,13 @@ class ShardContext:
     on_membership_change: Callable[[], object] | None = None
     # what reads may see while writes wait for replication (runtime/committed.py)
     committed_reads: CommittedReads = field(default_factory=CommittedReads)
+
+    def topic_hash(self, name: str) -> int:
+        """The topic's metadata hash (metadata_hash.py); 0 if there is no such topic."""
+        if self.topic_hash_of is not None:
+            return self.topic_hash_of(name)
+        meta = self.topic_metadata(name)
+        return 0 if meta is None else topic_hash(meta[0], name, [()] * meta[1])
 
     def membership_changed(self) -> None:
         self.membership_version += 1

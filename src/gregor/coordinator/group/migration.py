@@ -44,6 +44,7 @@ from gregor.coordinator.group.group_manager import (
     pending_key,
     sync_key,
 )
+from gregor.coordinator.group.metadata_hash import group_hash
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.runtime.result import Record
 from gregor.protocol.consumer_offsets import (
@@ -180,7 +181,12 @@ def upgrade(ctx: ShardContext, classic: ClassicGroup, records: list[Record]) -> 
         group.put_member(member, now)
         members.append(member)
     records += [member_record(gid, m) for m in members]
-    records.append(epoch_record(gid, gen))
+    # the members' topics as they are now, so that the first heartbeat does not rebalance again
+    group.subscription_metadata = {t: meta for t in sorted({t for m in members for t in m.subscribed_topic_names})
+                                   if (meta := ctx.topic_metadata(t)) is not None}
+    group.metadata_hash = group_hash({t: ctx.topic_hash(t) for t in group.subscription_metadata})
+    group.creation_time_ms = now
+    records.append(epoch_record(gid, gen, group.metadata_hash, now))
     records += [target_record(gid, m.member_id, m.assigned) for m in members]
     records.append((ConsumerGroupTargetAssignmentMetadataKey(gid),
                     ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=gen)))

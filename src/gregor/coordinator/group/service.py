@@ -58,6 +58,7 @@ from gregor.coordinator.group.locator import (
 )
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard, ShardCollaborators
 from gregor.coordinator.group.subscriptions import TopicCatalogue
+from gregor.coordinator.group.topic_hashes import TopicHashes
 from gregor.coordinator.group.views import GroupViews
 from gregor.coordinator.runtime.partition_writer import HighWatermarkListener, PartitionWriter
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
@@ -145,6 +146,7 @@ class GroupCoordinatorService:
                                        led_here=lambda p: replicas.leads(OFFSETS_TOPIC, p))
         self.locator = CoordinatorLocator(self, cluster, config, offsets_replication_factor)
         self.views = GroupViews(self, replicas.leads)
+        self.topic_hashes = TopicHashes(self._topic_metadata, cluster)
         replicas.on_leadership.append(self.on_leadership)
         replicas.on_high_watermark.append(self.on_high_watermark)
 
@@ -227,7 +229,8 @@ class GroupCoordinatorService:
 
     def _collaborators(self) -> ShardCollaborators:
         return ShardCollaborators(topic_exists=self._topic_exists, topic_metadata=self._topic_metadata,
-                                  group_settings=self.group_settings, catalogue=self.topic_catalogue,
+                                  topic_hash=self.topic_hashes.hash_of, group_settings=self.group_settings,
+                                  catalogue=self.topic_catalogue,
                                   on_membership_change=self._bump_membership)
 
     def _make_shard(self, partition: int, timer: Timer) -> GroupCoordinatorShard:

@@ -69,7 +69,7 @@ from gregor.protocol.consumer_offsets import (
     encode_value,
 )
 from gregor.protocol.consumer_protocol import encode_assignment
-from gregor.protocol.errors import ErrorCode
+from gregor.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("gregor.coordinator")
 
@@ -87,6 +87,7 @@ class ShardCollaborators:
 
     topic_exists: Callable[[str, int], bool] = lambda topic, partition: True
     topic_metadata: Callable[[str], tuple[TopicId, int] | None] = lambda name: None
+    topic_hash: Callable[[str], int] | None = None  # None: from topic_metadata, without racks
     group_settings: Callable[[str], dict[str, Any]] = lambda group_id: {}
     catalogue: TopicCatalogue | None = None
     on_membership_change: Callable[[], object] | None = None
@@ -97,7 +98,8 @@ class GroupCoordinatorShard:
                  collaborators: ShardCollaborators | None = None) -> None:
         c = collaborators if collaborators is not None else ShardCollaborators()
         self.ctx = ShardContext(partition, config, clock, timer, topic_exists=c.topic_exists,
-                                topic_metadata=c.topic_metadata, group_settings=c.group_settings,
+                                topic_metadata=c.topic_metadata, topic_hash_of=c.topic_hash,
+                                group_settings=c.group_settings,
                                 on_membership_change=c.on_membership_change)
         self.groups_mgr = GroupManager(self.ctx)
         self.offsets_mgr = OffsetManager(self.ctx)
@@ -239,7 +241,11 @@ class GroupCoordinatorShard:
                                 (group.protocol_name or "") if stable else "", members)
 
     def consumer_group_view(self, group_id: str) -> ConsumerGroupView | None:
+        """The consumer-protocol group (None: no group of that id); a classic group of that id is
+        GROUP_ID_NOT_FOUND with Kafka's message."""
         group = self.consumer_groups.get(group_id)
+        if group is None and group_id in self.groups and not self.groups[group_id].is_in(GroupState.DEAD):
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         return None if group is None else self.consumer_mgr.view(group)
 
     def list_groups(self, states: set[str] | None) -> list[ListedGroup]:
