@@ -228,6 +228,39 @@ def test_operators_steer_the_assignment(broker):
         m.stop()
 
 
+def test_admin_lists_groups_by_type_and_describes_both_kinds(broker):
+    """KIP-1043 / KIP-848 admin, as confluent-kafka 2.16 calls them: ListGroups v5 filters by type
+    (classic, consumer); DescribeConsumerGroups of a consumer-protocol group comes from
+    ConsumerGroupDescribe (its type, members, assignments, KIP-1099 member types), of a classic
+    group from DescribeGroups after ConsumerGroupDescribe says it is not a consumer group."""
+    from confluent_kafka import ConsumerGroupType
+
+    classic = GroupConsumer("k0", broker.bootstrap, "g-classic", TOPIC).start()
+    modern = GroupConsumer("m0", broker.bootstrap, "g-modern", TOPIC, protocol="consumer").start()
+    try:
+        wait_for(lambda: len(classic.owned()) == PARTITIONS and len(modern.owned()) == PARTITIONS, 30,
+                 "both groups holding every partition")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+        def listed(types: set) -> set[str]:
+            r = admin.list_consumer_groups(types=types, request_timeout=10).result()
+            return {g.group_id for g in r.valid}
+
+        assert listed({ConsumerGroupType.CONSUMER}) == {"g-modern"}
+        assert listed({ConsumerGroupType.CLASSIC}) == {"g-classic"}
+        assert listed(set()) >= {"g-modern", "g-classic"}
+        got = {g: f.result() for g, f in admin.describe_consumer_groups(["g-modern", "g-classic"],
+                                                                        request_timeout=10).items()}
+        assert got["g-modern"].type == ConsumerGroupType.CONSUMER and got["g-classic"].type == ConsumerGroupType.CLASSIC
+        for g in got.values():
+            assert len(g.members) == 1
+            assert len(g.members[0].assignment.topic_partitions) == PARTITIONS
+        assert got["g-modern"].members[0].client_id == "m0" and got["g-classic"].members[0].client_id == "k0"
+    finally:
+        classic.stop()
+        modern.stop()
+
+
 def test_consumption_of_consumer_protocol_groups_is_attributed(tmp_path):
     """Two consumer-protocol groups sharing a client id read the same topic: the Prometheus
     counters carry each group's own messages, from the members' assignments in the coordinator's
