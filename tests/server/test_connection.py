@@ -204,3 +204,39 @@ def test_idle_connections_are_closed(in_process_broker_factory):
             writer.close()
 
     node.run(run())
+
+
+def test_a_long_poll_stops_waiting_when_its_connection_closes(in_process_broker):
+    """A Fetch waiting for data (max wait 30 s) on a connection the client closes stops at once:
+    nobody is left to read its answer."""
+    node = in_process_broker
+    node.services.topics.create_topic("t", 1, {})
+    fetch = {"replica_id": -1, "max_wait": 30_000, "min_bytes": 1, "max_bytes": 1 << 20, "session_epoch": -1,
+             "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                       "partition_max_bytes": 1 << 20}]}]}
+
+    async def run() -> None:
+        async with serving(node) as listener:
+            reader, writer = await connect(listener.bound_port)
+            writer.write(sized(request_frame(ApiKey.FETCH, 12, fetch, correlation_id=1)))
+            await writer.drain()
+            conn = await wait_until(lambda: next((c for c in listener.connections if c.busy), None))
+            worker = conn._worker
+            writer.close()
+            await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(_done(worker))), 2)
+            assert worker.cancelled()
+
+    asyncio.run(run())
+
+
+async def wait_until(cond, timeout: float = 5):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (v := cond()) is None or v is False:
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+    return v
+
+
+async def _done(task) -> None:
+    with contextlib.suppress(BaseException):
+        await task

@@ -181,8 +181,7 @@ class GroupAttribution:
                 tally.first[(t, p)] = offset
                 tally.since_ms[(t, p)] = int(self._wall() * 1000)
                 bucket.dirty = True
-        if tally.unowned_since is not None and now - tally.unowned_since >= UNOWNED_S and tally.counts:
-            self._seal(tally, tally.group)  # no member here could own it for that long
+        self._seal_if_unowned(tally, now)
         v = self._groups.membership_version()
         if v != self._built_for or now >= self._departed_until:
             self._rebuild(v)
@@ -256,6 +255,12 @@ class GroupAttribution:
         bucket.dirty = True
         if not bucket.connections:
             del self._buckets[tally.bucket]
+
+    def _seal_if_unowned(self, tally: ConnectionTally, now: float) -> None:
+        """A connection no member here could own for UNOWNED_S (an assign-mode consumer, a tool)
+        keeps what it counted in the group it had."""
+        if tally.unowned_since is not None and now - tally.unowned_since >= UNOWNED_S and tally.counts:
+            self._seal(tally, tally.group)
 
     def _seal(self, tally: ConnectionTally, group: str) -> None:
         for (t, p), (m, b) in tally.counts.items():
@@ -442,5 +447,5 @@ class GroupAttribution:
             conn.unowned_since = None
         elif conn.unowned_since is None:
             conn.unowned_since = now
-        elif now - conn.unowned_since >= UNOWNED_S:
-            self._seal(conn, conn.group)  # no member here can own it: an assign-mode consumer, a tool
+        else:
+            self._seal_if_unowned(conn, now)

@@ -38,6 +38,7 @@ SEND_CHUNK = 256 * 1024
 
 # reasons reading is paused
 _QUEUE_FULL, _NO_MEMORY, _NO_SLOT = 1, 2, 4
+_FETCH = 1  # the api key of Fetch, the first byte pair of its frame
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -58,6 +59,7 @@ class KafkaConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.last_active = self._loop.time()
         self.busy = False  # a request is being worked on
+        self._waiting_fetch = False  # ... and it is a Fetch (a long poll)
         self.active = False  # counted against max.connections and served
         self._counted_ip = False
         self._paused = 0  # bit set of reasons reading is paused
@@ -156,6 +158,10 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self.busy and self._waiting_fetch and self._worker is not None:
+            # a Fetch long poll: nobody is left to read its answer, so it stops waiting now (other
+            # requests finish: an append or a coordinator write must not stop half way)
+            self._worker.cancel()
         for value in list(self.state.values()):
             closed = getattr(value, "connection_closed", None)  # what lives as long as the connection
             if closed is not None:
@@ -204,6 +210,7 @@ class KafkaConnection(asyncio.Protocol):
                         and self._queued_bytes < MAX_QUEUED_BYTES // 2):
                     self._resume(_QUEUE_FULL)
                 self.busy = True
+                self._waiting_fetch = len(frame) >= 2 and frame[0] == 0 and frame[1] == _FETCH
                 try:
                     response = await self.dispatcher.handle(frame, self.peer, self.state)
                 finally:
