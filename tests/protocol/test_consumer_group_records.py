@@ -394,6 +394,11 @@ uuids = st.uuids()
 partitions = st.lists(int32, max_size=5).map(tuple)
 assignments = st.dictionaries(uuids, partitions, max_size=4)
 
+def _epochs_for(assignment):
+    """KIP-1251 assignment epochs for some of the topics of ``assignment``, aligned with them."""
+    return st.fixed_dictionaries({}, optional={t: st.tuples(*[int32] * len(ps)) for t, ps in assignment.items()})
+
+
 VALUES = {
     ConsumerGroupMetadataKey: st.builds(ConsumerGroupMetadataValue, int32, int64, int64),
     ConsumerGroupPartitionMetadataKey: st.builds(
@@ -407,8 +412,9 @@ VALUES = {
                               st.lists(st.tuples(text, st.binary(max_size=8)), max_size=3))),
     ConsumerGroupTargetAssignmentMetadataKey: st.builds(ConsumerGroupTargetAssignmentMetadataValue, int32, int64),
     ConsumerGroupTargetAssignmentMemberKey: st.builds(ConsumerGroupTargetAssignmentMemberValue, assignments),
-    ConsumerGroupCurrentMemberAssignmentKey: st.builds(
-        ConsumerGroupCurrentMemberAssignmentValue, int32, int32, int8, assignments, assignments),
+    ConsumerGroupCurrentMemberAssignmentKey: st.tuples(int32, int32, int8, assignments, assignments).flatmap(
+        lambda t: st.builds(lambda ea, ep: ConsumerGroupCurrentMemberAssignmentValue(*t, ea, ep),
+                            _epochs_for(t[3]), _epochs_for(t[4]))),
     ConsumerGroupRegularExpressionKey: st.builds(
         ConsumerGroupRegularExpressionValue, st.lists(text, max_size=4), int64, int64),
 }
