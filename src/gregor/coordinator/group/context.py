@@ -57,13 +57,23 @@ class ShardContext:
     on_membership_change: Callable[[], object] | None = None
     # what reads may see while writes wait for replication (runtime/committed.py)
     committed_reads: CommittedReads = field(default_factory=CommittedReads)
+    _hashes: dict[str, tuple[tuple[TopicId, int], int]] = field(default_factory=dict)
 
     def topic_hash(self, name: str) -> int:
-        """The topic's metadata hash (metadata_hash.py); 0 if there is no such topic."""
+        """The topic's metadata hash (metadata_hash.py); 0 if there is no such topic. Without a
+        ``topic_hash_of``, from the topic's id and partition count alone, kept until they change
+        (a heartbeat asks for it every time)."""
         if self.topic_hash_of is not None:
             return self.topic_hash_of(name)
         meta = self.topic_metadata(name)
-        return 0 if meta is None else topic_hash(meta[0], name, [()] * meta[1])
+        if meta is None:
+            return 0
+        hit = self._hashes.get(name)
+        if hit is not None and hit[0] == meta:
+            return hit[1]
+        h = topic_hash(meta[0], name, [()] * meta[1])
+        self._hashes[name] = (meta, h)
+        return h
 
     def membership_changed(self) -> None:
         self.membership_version += 1
