@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 from gregor.cluster.metadata import BrokerEndpoint, ClusterMetadata, PartitionLeadership
+from gregor.coordinator.group.consumer_group_manager import HASH_REFRESH_MS
 from gregor.coordinator.group.metadata_hash import group_hash, topic_hash
 from gregor.coordinator.group.topic_hashes import TopicHashes
 from gregor.protocol.consumer_offsets import (
@@ -122,6 +123,7 @@ def test_the_epoch_record_carries_the_hash_and_a_rack_change_is_one_new_epoch():
     converge([a, b])
     assert h.group().group_epoch == epoch  # nothing changed: no new epoch
     h.salt["bar"] = 1  # the racks of bar's replicas changed
+    h.sleep(HASH_REFRESH_MS)  # seen at the next heartbeat once the group's hash is recomputed
     converge([a, b])
     assert h.group().group_epoch == epoch + 1  # once
     assert epoch_records(h)[-1].creation_time_ms == created  # kept

@@ -146,6 +146,8 @@ class ConsumerGroup:
     # is tombstoned with the next epoch
     has_partition_metadata_record: bool = False
     creation_time_ms: int = -1  # KIP-1282: when the group was created (-1: unknown)
+    # (topics, their hash, until when it is kept): consumer_group_manager._hash_of
+    hash_cache: tuple[dict[str, tuple[TopicId, int]], int, int] | None = None
     # regex -> how many members subscribe to it, and what each regex resolved to
     # (ConsumerGroupRegularExpression records; subscriptions.py)
     regex_subscribers: dict[str, int] = field(default_factory=dict)

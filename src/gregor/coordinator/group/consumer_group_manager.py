@@ -73,6 +73,8 @@ from gregor.protocol.consumer_offsets import (
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
 
+HASH_REFRESH_MS = 1000  # a group's topics' hash is recomputed at most this often while they stay the same
+
 log = logging.getLogger("gregor.coordinator")
 
 Result = CoordinatorResult[ConsumerHeartbeatResult]
@@ -424,7 +426,7 @@ class ConsumerGroupManager:
         else:
             metadata = self._subscription_metadata(members_after(), group.resolved_regexes)
         group.subscription_metadata = metadata  # derived from the topics: kept as seen
-        metadata_hash = self._hash_of(metadata)
+        metadata_hash = self._hash_of(metadata, group)
         if metadata_hash != group.metadata_hash:
             bump = True
         group_epoch = group.group_epoch
@@ -479,9 +481,19 @@ class ConsumerGroupManager:
                                ) -> dict[str, tuple[TopicId, int]]:
         return self._metadata_of(subscribed_topics(members.values(), resolved))
 
-    def _hash_of(self, metadata: dict[str, tuple[TopicId, int]]) -> int:
-        """The KIP-1101 hash of the group's subscribed topics that exist."""
-        return group_hash({name: self.ctx.topic_hash(name) for name in metadata})
+    def _hash_of(self, metadata: dict[str, tuple[TopicId, int]], group: ConsumerGroup | None = None) -> int:
+        """The KIP-1101 hash of the group's subscribed topics that exist. For ``group``'s own
+        topics it is kept HASH_REFRESH_MS while they are the same (a heartbeat asks every time;
+        a change of racks alone is seen within that)."""
+        now = self._now()
+        if group is not None and group.hash_cache is not None:
+            topics, h, until = group.hash_cache
+            if now < until and topics == metadata:
+                return h
+        h = group_hash({name: self.ctx.topic_hash(name) for name in metadata})
+        if group is not None:
+            group.hash_cache = (dict(metadata), h, now + HASH_REFRESH_MS)
+        return h
 
     def _metadata_of(self, names: Iterable[str]) -> dict[str, tuple[TopicId, int]]:
         out: dict[str, tuple[TopicId, int]] = {}
