@@ -315,6 +315,24 @@ def test_a_classic_group_with_members_is_not_taken_over():
     assert r.error_message.startswith("Cannot upgrade classic group g to consumer group because ")
 
 
+def test_offset_delete_of_a_consumer_group_keeps_what_its_members_subscribe_to():
+    """OffsetDelete on a consumer-protocol group (librdkafka's 0081 DeleteConsumerGroupOffsets with
+    a subscribing consumer): GROUP_SUBSCRIBED_TO_TOPIC for the subscribed topics, the others
+    deleted; once the group is empty, everything may go. It was GROUP_ID_NOT_FOUND."""
+    h = ConsumerHarness()
+    a = Client(h, ["foo"])
+    a.beat()
+    h.commit("g", {("foo", 0): 5}, generation=a.epoch, member_id=a.member_id)
+    h.commit("g", {("bar", 0): 7}, generation=a.epoch, member_id=a.member_id)
+    deleted = h.run(h.shard.delete_offsets("g", [("foo", 0), ("bar", 0)]))
+    assert deleted.error == ErrorCode.none
+    assert deleted.partitions == {("foo", 0): ErrorCode.group_subscribed_to_topic, ("bar", 0): ErrorCode.none}
+    assert h.committed("g") == {("foo", 0): 5}
+    a.leave()
+    deleted = h.run(h.shard.delete_offsets("g", [("foo", 0)]))
+    assert deleted.partitions == {("foo", 0): ErrorCode.none} and h.committed("g") == {}
+
+
 def test_describing_a_classic_group_as_a_consumer_group_says_so():
     """ConsumerGroupDescribe of a classic group: GROUP_ID_NOT_FOUND with Kafka's message."""
     from gregor.protocol.errors import KafkaError

@@ -261,6 +261,33 @@ def test_admin_lists_groups_by_type_and_describes_both_kinds(broker):
         modern.stop()
 
 
+def test_admin_deletes_offsets_of_a_consumer_protocol_group_it_does_not_subscribe_to(broker):
+    """OffsetDelete (kafka-python's admin) on a consumer-protocol group with a member, as librdkafka's
+    0081 does under group.protocol=consumer: the subscribed topic's offsets are refused
+    GROUP_SUBSCRIBED_TO_TOPIC, another topic's are deleted. It was GROUP_ID_NOT_FOUND."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("other", 1)])["other"].result(10)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(4 * PARTITIONS):
+        p.produce(TOPIC, b"x", partition=i % PARTITIONS)
+    assert p.flush(10) == 0
+    m = GroupConsumer("d0", broker.bootstrap, "g-del", TOPIC, protocol="consumer").start()
+    try:
+        wait_for(lambda: len(m.owned()) == PARTITIONS and m.commits, 30, "the member holding and committing")
+        from kafka import TopicPartition as KTP
+        from kafka.admin import KafkaAdminClient
+
+        kadmin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            got = kadmin.delete_group_offsets("g-del", [KTP(TOPIC, 0), KTP("other", 0)])
+        finally:
+            kadmin.close()
+        assert {tp.topic: err.__name__ for tp, err in got.items()} == {
+            TOPIC: "GroupSubscribedToTopicError", "other": "NoError"}
+    finally:
+        m.stop()
+
+
 def test_consumption_of_consumer_protocol_groups_is_attributed(tmp_path):
     """Two consumer-protocol groups sharing a client id read the same topic: the Prometheus
     counters carry each group's own messages, from the members' assignments in the coordinator's

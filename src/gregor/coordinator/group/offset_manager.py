@@ -34,6 +34,7 @@ from gregor.coordinator.group.api import (
 from gregor.coordinator.group.consumer_group import ConsumerGroup, TopicId
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.model import ClassicGroup, GroupState
+from gregor.coordinator.group.subscriptions import subscribed_topics as members_subscriptions
 from gregor.coordinator.runtime.committed import ABSENT
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
 from gregor.protocol.consumer_offsets import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
@@ -156,15 +157,22 @@ class OffsetManager:
 
     # -- OffsetDelete ------------------------------------------------------------------------
     def delete(self, group_id: str, partitions: list[TopicPartition]) -> CoordinatorResult[OffsetDeleteResult]:
+        """OffsetDelete: the offsets of topics the group's members do not subscribe to go;
+        the others are GROUP_SUBSCRIBED_TO_TOPIC (a classic group's while it has members, a
+        consumer-protocol group's by its members' subscriptions, names and regexes)."""
+        consumer = self.ctx.consumer_groups.get(group_id)
         group = self.ctx.groups.get(group_id)
-        if group is None or group.is_in(GroupState.DEAD):
+        if consumer is not None:
+            subscribed = members_subscriptions(consumer.members.values(), consumer.resolved_regexes)
+        elif group is None or group.is_in(GroupState.DEAD):
             return CoordinatorResult([], OffsetDeleteResult(ErrorCode.group_id_not_found))
-        subscribed = subscribed_topics(group)
+        else:
+            subscribed = set() if group.is_in(GroupState.EMPTY) else subscribed_topics(group)
         committed = self.offsets.get(group_id, {})
         records: list[Record] = []
         errors: dict[TopicPartition, ErrorCode] = {}
         for tp in partitions:
-            if not group.is_in(GroupState.EMPTY) and tp[0] in subscribed:
+            if tp[0] in subscribed:
                 errors[tp] = ErrorCode.group_subscribed_to_topic
                 continue
             errors[tp] = ErrorCode.none
