@@ -825,7 +825,8 @@ def check_records(bootstrap: str, producers: list[TaggedProducer], v: Verdicts, 
         at = dict(got[p])
         for prod in producers:
             # an acknowledgement without an offset: the value must be in the log (where, unknown)
-            missing = [(o, val) for o, val in prod.acked[p]
+            acked = [*prod.acked[p], *((None, val) for val in prod.acked_unknown[p])]
+            missing = [(o, val) for o, val in acked
                        if (at.get(o) != val if o is not None else val not in where)]
             for o, val in missing[:10]:
                 elsewhere = where.get(val, [])
@@ -839,8 +840,8 @@ def check_records(bootstrap: str, producers: list[TaggedProducer], v: Verdicts, 
                 lost.append(f"{TOPIC}-{p}: {prod.tag}: {len(missing) - 10} more acknowledged records missing or moved")
             if not prod.failed:
                 in_log = sum(1 for val in at.values() if val.endswith(f":{prod.tag}".encode()))
-                if in_log != len(prod.acked[p]):
-                    extra.append(f"{TOPIC}-{p}: {in_log} records of {prod.tag} in the log, {len(prod.acked[p])} "
+                if in_log != len(acked):
+                    extra.append(f"{TOPIC}-{p}: {in_log} records of {prod.tag} in the log, {len(acked)} "
                                  "acknowledged (every record it sent was answered)")
     ev: list[str] = []
     for p, t in sorted(evidence_times.items()):
@@ -855,7 +856,8 @@ def check_records(bootstrap: str, producers: list[TaggedProducer], v: Verdicts, 
         ev += ["   " + line for line in lines[-40:]]
     no_offset = sum(len(prod.no_offset) for prod in producers)
     v.set("acknowledged_records_kept", not lost,
-          f"{sum(len(prod.acked[p]) for prod in producers for p in range(PARTITIONS))} acknowledged records "
+          f"{sum(len(prod.acked[p]) + len(prod.acked_unknown[p]) for prod in producers for p in range(PARTITIONS))} "
+          "acknowledged records "
           f"({no_offset} acknowledged without an offset, checked by value only), {len(lost)} lost or moved",
           lost + ev)
     v.set("no_duplicates", not dupes and not extra, f"{len(dupes)} duplicated values, {len(extra)} partitions with "
