@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gregor.coordinator.group.consumer_group import ConsumerGroup, TopicId
-from gregor.coordinator.group.metadata_hash import topic_hash
 from gregor.coordinator.group.model import ClassicGroup
+from gregor.coordinator.group.topic_hashes import TopicHashes
 from gregor.coordinator.runtime.committed import CommittedReads
 from gregor.coordinator.runtime.result import Deferred
 from gregor.coordinator.runtime.shard import Completion
@@ -57,23 +57,14 @@ class ShardContext:
     on_membership_change: Callable[[], object] | None = None
     # what reads may see while writes wait for replication (runtime/committed.py)
     committed_reads: CommittedReads = field(default_factory=CommittedReads)
-    _hashes: dict[str, tuple[tuple[TopicId, int], int]] = field(default_factory=dict)
 
     def topic_hash(self, name: str) -> int:
         """The topic's metadata hash (metadata_hash.py); 0 if there is no such topic. Without a
-        ``topic_hash_of``, from the topic's id and partition count alone, kept until they change
-        (a heartbeat asks for it every time)."""
-        if self.topic_hash_of is not None:
-            return self.topic_hash_of(name)
-        meta = self.topic_metadata(name)
-        if meta is None:
-            return 0
-        hit = self._hashes.get(name)
-        if hit is not None and hit[0] == meta:
-            return hit[1]
-        h = topic_hash(meta[0], name, [()] * meta[1])
-        self._hashes[name] = (meta, h)
-        return h
+        ``topic_hash_of`` (a shard built without a broker), from the topic's id and partition
+        count alone (topic_hashes.py without a cluster)."""
+        if self.topic_hash_of is None:
+            self.topic_hash_of = TopicHashes(self.topic_metadata, None).hash_of
+        return self.topic_hash_of(name)
 
     def membership_changed(self) -> None:
         self.membership_version += 1

@@ -7,7 +7,8 @@ change the hash twice (gone, back) and rebalance the groups twice; a broker that
 another rack changes it once. In a ZooKeeper cluster the registrations of brokers that are away
 are gone, so the racks they had are remembered here from when they were seen. A hash is kept for
 ``ttl_s`` (the replica assignment of a partition may change without its count changing) and
-recomputed at once when the topic's id or partition count, or a rack, changed.
+recomputed at once when the topic's id or partition count, or a rack, changed. Without a cluster
+(a shard built without a broker: tests, benchmarks) the racks are unknown and count as none.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ BROKERS_EVERY_S = 1.0
 
 
 class TopicHashes:
-    def __init__(self, topic_metadata: Callable[[str], tuple[uuid.UUID, int] | None], cluster: ClusterMetadata,
+    def __init__(self, topic_metadata: Callable[[str], tuple[uuid.UUID, int] | None], cluster: ClusterMetadata | None,
                  clock: Callable[[], float] = time.monotonic, ttl_s: float = TTL_S) -> None:
         self.topic_metadata = topic_metadata
         self.cluster = cluster
@@ -37,7 +38,7 @@ class TopicHashes:
         self._cache: dict[str, tuple[uuid.UUID, int, int, float, int]] = {}
 
     def _read_brokers(self, now: float) -> None:
-        if now - self._brokers_read_at < BROKERS_EVERY_S:
+        if self.cluster is None or now - self._brokers_read_at < BROKERS_EVERY_S:
             return
         self._brokers_read_at = now
         changed = False
@@ -61,9 +62,9 @@ class TopicHashes:
         if (hit is not None and hit[0] == topic_id and hit[1] == partitions and hit[2] == self.racks_version
                 and now - hit[3] < self.ttl_s):
             return hit[4]
-        racks = []
+        racks: list[list[str]] = []
         for p in range(partitions):
-            replicas = self.cluster.partition(name, p).replicas
+            replicas = self.cluster.partition(name, p).replicas if self.cluster is not None else []
             racks.append([r for b in replicas if (r := self.racks.get(b)) is not None])
         h = topic_hash(topic_id, name, racks)
         self._cache[name] = (topic_id, partitions, self.racks_version, now, h)
