@@ -343,8 +343,10 @@ def test_group_whose_offsets_partition_lost_every_isr_replica_waits_and_says_why
         lower = {q: (final[q], o) for q, o in acked.items() if final[q] < o}
         assert not lower, f"committed offsets below commits acknowledged before {x} died: {lower}"
         prod.stop()
-    finally:
-        member.stop()
+    except BaseException:
+        member.stop_after_failure()
+        raise
+    member.stop()
 
 
 # -- 3. a rolling restart -------------------------------------------------------------------------
