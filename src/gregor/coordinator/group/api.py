@@ -191,7 +191,8 @@ CommitResult = dict[TopicPartition, ErrorCode]
 
 
 # the committed values as stored (offset, leader_epoch, metadata, ...); None: nothing committed
-OffsetFetchResult = list[tuple[TopicPartition, OffsetCommitValue | None]]
+# ErrorCode.unstable_offset_commit: a stable read of a partition a transaction holds offsets of
+OffsetFetchResult = list[tuple[TopicPartition, OffsetCommitValue | ErrorCode | None]]
 
 
 @dataclass

@@ -12,6 +12,17 @@ Who may commit (Kafka's rules):
 - a member of the group: its member id and generation must match; REBALANCE_IN_PROGRESS while the
   group is CompletingRebalance; commits during PreparingRebalance are accepted.
 
+Offsets in a transaction (TxnOffsetCommit, KIP-98/KIP-447): written as OffsetCommit records in a
+transactional batch of the producer, they wait in ``pending`` (per producer id, per group) until
+the transaction's marker reaches this partition: COMMIT makes them the committed offsets, unless a
+plain commit of the same partition was written after them (the newest write wins, as Kafka keeps
+the commit with the higher record offset); ABORT drops them. While a group has pending offsets for
+a partition, a ``require_stable`` OffsetFetch answers UNSTABLE_OFFSET_COMMIT for it, and they do
+not expire. Who may commit in a transaction (Kafka's validateOffsetCommit with isTransactional):
+as OffsetCommit, but a classic group's state is not enforced (no REBALANCE_IN_PROGRESS), a commit
+without member id and generation is accepted, and a stale consumer-protocol epoch is
+ILLEGAL_GENERATION (the zombie of KIP-447 is fenced).
+
 Retention (``offsets.retention.minutes``, KIP-211): offsets of a group with members never expire;
 an Empty group's offsets expire that long after the group became empty (after their commit for a
 group that never had members); a commit with an explicit retention time (OffsetCommit v2-v4)
@@ -49,6 +60,9 @@ class OffsetManager:
     def __init__(self, ctx: ShardContext) -> None:
         self.ctx = ctx
         self.offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
+        # transactional offsets not yet committed or aborted: producer id -> group -> partition -> value
+        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetCommitValue]]] = {}
+        self.open_transactions: dict[str, set[int]] = {}  # group -> producer ids with pending offsets
 
     # -- OffsetCommit ------------------------------------------------------------------------
     def commit(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
@@ -94,6 +108,68 @@ class OffsetManager:
                                 OffsetCommitValue(p.offset, metadata, now, p.leader_epoch, expire)))
         return CoordinatorResult(records, errors)
 
+    # -- TxnOffsetCommit ---------------------------------------------------------------------
+    def commit_transactional(self, req: CommitRequest, producer_id: int,
+                             producer_epoch: int) -> CoordinatorResult[CommitResult]:
+        """TxnOffsetCommit: the offsets are written in the producer's transaction and become the
+        group's committed offsets when its COMMIT marker arrives."""
+        def all_(code: ErrorCode) -> CoordinatorResult[CommitResult]:
+            return CoordinatorResult([], {(p.topic, p.partition): code for p in req.partitions})
+
+        consumer = self.ctx.consumer_groups.get(req.group_id)
+        group = self.ctx.groups.get(req.group_id)
+        if consumer is not None:
+            error, why = _validate_consumer_member(consumer, req, self.ctx.topic_metadata,
+                                                   self.ctx.config.offset_metadata_max_bytes)
+            if error is not None:
+                if error == ErrorCode.stale_member_epoch:
+                    error = ErrorCode.illegal_generation  # Kafka answers a zombie's TxnOffsetCommit so
+                log.info("[GroupId %s] TxnOffsetCommit of member %s at epoch %d refused: %s%s", req.group_id,
+                         req.member_id, req.generation_id, error.name, f" ({why})" if why else "")
+                return all_(error)
+        elif group is None:
+            if req.generation_id >= 0:
+                return all_(ErrorCode.illegal_generation)
+        else:
+            error = self._validate_transactional_member(group, req)
+            if error is not None:
+                return all_(error)
+        now = self.ctx.clock()
+        records: list[Record] = []
+        errors: dict[TopicPartition, ErrorCode] = {}
+        limit = self.ctx.config.offset_metadata_max_bytes
+        for p in req.partitions:
+            metadata = p.metadata or ""
+            if len(metadata.encode()) > limit:
+                errors[(p.topic, p.partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            errors[(p.topic, p.partition)] = ErrorCode.none
+            records.append((OffsetCommitKey(req.group_id, p.topic, p.partition),
+                            OffsetCommitValue(p.offset, metadata, now, p.leader_epoch, -1)))
+        return CoordinatorResult(records, errors, producer_id=producer_id, producer_epoch=producer_epoch)
+
+    @staticmethod
+    def _validate_transactional_member(group: ClassicGroup, req: CommitRequest) -> ErrorCode | None:
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if req.generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return None
+        if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
+            if group.is_static_member_fenced(req.member_id, req.group_instance_id):
+                return ErrorCode.fenced_instance_id
+            if req.member_id not in group.members:
+                return ErrorCode.unknown_member_id
+            if req.generation_id != group.generation_id:
+                return ErrorCode.illegal_generation
+        return None  # the group's state is not enforced for transactional commits
+
+    def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether a transaction holds offsets of ``tp`` for the group not yet committed or aborted."""
+        for pid in self.open_transactions.get(group_id, ()):
+            if tp in self.pending.get(pid, {}).get(group_id, {}):
+                return True
+        return False
+
     @staticmethod
     def _validate_member(group: ClassicGroup, req: CommitRequest) -> ErrorCode | None:
         if group.is_in(GroupState.DEAD):
@@ -133,9 +209,13 @@ class OffsetManager:
                                  f"The member epoch {member_epoch} of member {member_id} is stale: the member "
                                  f"is at epoch {member.member_epoch}.")
         committed = self.offsets.get(group_id, {}) if latest else self.committed_offsets(group_id)
-        if partitions is None:
-            return sorted(committed.items())
-        return [(tp, committed.get(tp)) for tp in partitions]
+        rows: OffsetFetchResult = (sorted(committed.items()) if partitions is None
+                                   else [(tp, committed.get(tp)) for tp in partitions])
+        if latest and group_id in self.open_transactions:
+            # a stable read: partitions a transaction holds offsets of wait for its marker
+            rows = [(tp, ErrorCode.unstable_offset_commit if self.has_pending(group_id, tp) else v)
+                    for tp, v in rows]
+        return rows
 
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetCommitValue]:
         """The group's offsets at the committed offset of the partition: a commit whose record the
@@ -203,6 +283,8 @@ class OffsetManager:
                 continue
             expired = []
             for tp, v in committed.items():
+                if group_id in self.open_transactions and self.has_pending(group_id, tp):
+                    continue  # a transaction may still commit it
                 if v.expire_timestamp >= 0:
                     due = now >= v.expire_timestamp
                 elif group is not None and group.protocol_type and group.state_timestamp_ms >= 0:
@@ -224,22 +306,58 @@ class OffsetManager:
 
     # -- replay ------------------------------------------------------------------------------
     def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
-        tp = (key.topic, key.partition)
+        if key.group in self.open_transactions:
+            # written after a transaction's offsets of the same partition: the newer write wins
+            self._supersede(key.group, (key.topic, key.partition))
+        self._put(key.group, (key.topic, key.partition), value)
+
+    def _put(self, group_id: str, tp: TopicPartition, value: OffsetCommitValue | None) -> None:
         reads = self.ctx.committed_reads
         if reads.pending >= 0:
-            reads.changing((_OFFSET, key.group, key.topic, key.partition),
-                           self.offsets.get(key.group, {}).get(tp, ABSENT))
+            reads.changing((_OFFSET, group_id, tp[0], tp[1]), self.offsets.get(group_id, {}).get(tp, ABSENT))
         if value is None:
-            group_offsets = self.offsets.get(key.group)
+            group_offsets = self.offsets.get(group_id)
             if group_offsets is not None:
                 group_offsets.pop(tp, None)
                 if not group_offsets:
-                    del self.offsets[key.group]
+                    del self.offsets[group_id]
             return
-        self.offsets.setdefault(key.group, {})[tp] = value
-        if key.group not in self.ctx.groups and key.group not in self.ctx.consumer_groups:
+        self.offsets.setdefault(group_id, {})[tp] = value
+        if group_id not in self.ctx.groups and group_id not in self.ctx.consumer_groups:
             # offsets of a group without membership: the group exists, Empty, as in Kafka
+            self.ctx.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=-1)
+
+    def _supersede(self, group_id: str, tp: TopicPartition) -> None:
+        for pid in list(self.open_transactions.get(group_id, ())):
+            by_group = self.pending.get(pid, {})
+            offsets = by_group.get(group_id)
+            if offsets is not None:
+                offsets.pop(tp, None)
+
+    def replay_transactional(self, producer_id: int, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
+        """An OffsetCommit record of producer ``producer_id``'s transaction: pending until its marker."""
+        if value is None:  # not written by Kafka's coordinators; applied as a plain tombstone
+            self.replay(key, value)
+            return
+        self.pending.setdefault(producer_id, {}).setdefault(key.group, {})[(key.topic, key.partition)] = value
+        self.open_transactions.setdefault(key.group, set()).add(producer_id)
+        if key.group not in self.ctx.groups and key.group not in self.ctx.consumer_groups:
             self.ctx.groups[key.group] = ClassicGroup(key.group, state_timestamp_ms=-1)
+
+    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
+        """The producer's transaction ended on this partition: its offsets are committed or dropped."""
+        by_group = self.pending.pop(producer_id, None)
+        if by_group is None:
+            return
+        for group_id, offsets in by_group.items():
+            open_ = self.open_transactions.get(group_id)
+            if open_ is not None:
+                open_.discard(producer_id)
+                if not open_:
+                    del self.open_transactions[group_id]
+            if commit:
+                for tp, value in offsets.items():
+                    self._put(group_id, tp, value)
 
 
 def _validate_consumer_member(group: ConsumerGroup, req: CommitRequest,

@@ -175,6 +175,10 @@ class GroupCoordinatorShard:
             self.groups_mgr.touch(req.group_id, req.member_id)
         return result
 
+    def txn_commit_offsets(self, req: CommitRequest, producer_id: int,
+                           producer_epoch: int) -> CoordinatorResult[CommitResult]:
+        return self.offsets_mgr.commit_transactional(req, producer_id, producer_epoch)
+
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> CoordinatorResult[OffsetDeleteResult]:
         return self.offsets_mgr.delete(group_id, partitions)
 
@@ -338,6 +342,15 @@ class GroupCoordinatorShard:
             self._replay_group(key, value)
         elif isinstance(key, CONSUMER_GROUP_KEYS):
             self.consumer_mgr.replay(key, value)
+
+    def replay_transactional(self, producer_id: int, producer_epoch: int, key: Any, value: Any) -> None:
+        if isinstance(key, OffsetCommitKey):
+            self.offsets_mgr.replay_transactional(producer_id, key, value)
+        else:  # only offsets are written in transactions; anything else applies as written
+            self.replay(key, value)
+
+    def replay_end_transaction(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        self.offsets_mgr.replay_end_transaction(producer_id, commit)
 
     def _replay_group(self, key: GroupMetadataKey, value: GroupMetadataValue | None) -> None:
         if value is None:

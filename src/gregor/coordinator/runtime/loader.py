@@ -12,6 +12,11 @@ of every key, in log order of those newest writes (what compaction would keep), 
 replayed once each: a partition of a million commits to a few thousand keys decodes a few
 thousand. For any history this equals replaying every record in order (a property test checks
 it). A record the serde cannot decode is skipped with a warning.
+
+Records written in producers' transactions (a transactional batch) and the transactions' markers
+(control batches) are replayed in log order, through the shard's ``replay_transactional`` and
+``replay_end_transaction``: what was reduced before them is replayed first, so a plain write and a
+transaction's write of the same key keep their order.
 """
 
 from __future__ import annotations
@@ -19,9 +24,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from gregor.coordinator.runtime.shard import CoordinatorShard, RecordSerde
+from gregor.coordinator.runtime.shard import CoordinatorShard, RecordSerde, TransactionalShard
 from gregor.log.partition_log import PartitionLog
+from gregor.protocol.control_records import read_marker
+from gregor.protocol.record_batch import BatchHeader, InvalidBatch
 from gregor.protocol.records import iter_batches, iter_key_values
 
 log = logging.getLogger("gregor.coordinator")
@@ -70,7 +78,7 @@ async def load(plog: PartitionLog, shard: CoordinatorShard, serde: RecordSerde, 
     start = offset = plog.log_start_offset
     end = plog.log_end_offset
     committed_end = end if committed is None else max(min(committed, end), start)
-    tail: list[tuple[int, dict[bytes, bytes | None]]] = []  # (batch end, its records) above it
+    tail: list[tuple[int, dict[bytes, bytes | None] | TxnEvent]] = []  # (batch end, its records) above it
     progress(0, end - start)
     while offset < end:
         data = plog.read(offset, LOAD_READ_BYTES).records
@@ -79,7 +87,17 @@ async def load(plog: PartitionLog, shard: CoordinatorShard, serde: RecordSerde, 
         for h in iter_batches(data):
             if h.next_offset <= offset:
                 continue
-            if not h.is_control:
+            if h.is_control or h.is_transactional:
+                event = _txn_event(data, h, name)
+                if event is None:
+                    pass
+                elif h.next_offset <= committed_end:
+                    replay_newest(shard, serde, latest, name)
+                    latest.clear()
+                    count += replay_txn_event(shard, serde, event, name)
+                else:
+                    tail.append((h.next_offset, event))
+            else:
                 if h.next_offset <= committed_end:
                     count += keep_newest(latest, iter_key_values(data, h))
                 else:
@@ -94,10 +112,60 @@ async def load(plog: PartitionLog, shard: CoordinatorShard, serde: RecordSerde, 
     replay_newest(shard, serde, latest, name)
     if tail:
         reads = shard.committed_reads
-        for batch_end, batch in tail:
+        for batch_end, item in tail:
             reads.pending = batch_end
             try:
-                replay_newest(shard, serde, batch, name)
+                if isinstance(item, TxnEvent):
+                    count += replay_txn_event(shard, serde, item, name)
+                else:
+                    replay_newest(shard, serde, item, name)
             finally:
                 reads.pending = -1
+    return count
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEvent:
+    """A transactional batch's records (``commit`` None), or a transaction marker."""
+
+    producer_id: int
+    producer_epoch: int
+    pairs: list[tuple[bytes | None, bytes | None]]
+    commit: bool | None = None
+
+
+def _txn_event(data: bytes | bytearray | memoryview, h: BatchHeader, name: str) -> TxnEvent | None:
+    try:
+        if h.is_control:
+            marker = read_marker(data, h)
+            if marker is None:
+                return None  # a control record of another type: nothing to replay
+            return TxnEvent(h.producer_id, h.producer_epoch, [], marker.commit)
+        return TxnEvent(h.producer_id, h.producer_epoch, iter_key_values(data, h))
+    except InvalidBatch as e:
+        log.warning("%s: skipping unreadable batch at offset %d (%s)", name, h.base_offset, e)
+        return None
+
+
+def replay_txn_event(shard: CoordinatorShard, serde: RecordSerde, event: TxnEvent, name: str) -> int:
+    """Replay a transactional batch or a marker; returns the number of records replayed."""
+    if not isinstance(shard, TransactionalShard):
+        log.warning("%s: skipping a transactional batch of producer %d: this coordinator takes none", name,
+                    event.producer_id)
+        return 0
+    if event.commit is not None:
+        shard.replay_end_transaction(event.producer_id, event.producer_epoch, event.commit)
+        return 0
+    count = 0
+    for key_bytes, value_bytes in event.pairs:
+        if key_bytes is None:
+            continue
+        try:
+            key = serde.decode_key(key_bytes)
+            value = serde.decode_value(key, value_bytes)
+        except serde.error as e:
+            log.warning("%s: skipping undecodable record with key %r (%s)", name, key_bytes[:64], e)
+            continue
+        shard.replay_transactional(event.producer_id, event.producer_epoch, key, value)
+        count += 1
     return count

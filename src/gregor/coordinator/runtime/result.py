@@ -80,8 +80,15 @@ class CoordinatorResult(Generic[T]):
     itself, which is how classic group membership is written (as in Kafka): a GroupMetadata
     record persists what the group's state machine already holds, and replaying it would
     rebuild the live group from its persisted part only.
+
+    ``producer_id`` and ``producer_epoch``: the records are written in that producer's ongoing
+    transaction (Kafka's scheduleTransactionalWriteOperation).
     """
 
     records: list[Record] = field(default_factory=list)
     response: T | Deferred[T] | None = None
     replay_records: bool = True
+    # a write in a producer's transaction (TxnOffsetCommit): a transactional batch of that producer,
+    # replayed through the shard's replay_transactional and made final by the transaction's marker
+    producer_id: int = -1
+    producer_epoch: int = -1

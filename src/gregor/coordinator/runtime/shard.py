@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gregor.coordinator.runtime.committed import CommittedReads
 
@@ -49,6 +49,20 @@ class CoordinatorShard(Protocol):
         are committed. The runtime runs them when it releases the operation's write, or with the
         error when the operation, its append or the shard fails."""
         ...
+
+
+@runtime_checkable
+class TransactionalShard(CoordinatorShard, Protocol):
+    """A shard some of whose records are written inside producers' transactions (the group
+    coordinator's TxnOffsetCommit): records of a transactional batch are replayed as pending for
+    their producer, and the transaction's marker (a control batch in the same partition) commits
+    or drops them (Kafka: the shard's replay with a producer id, and replayEndTransactionMarker)."""
+
+    def replay_transactional(self, producer_id: int, producer_epoch: int, key: Any, value: Any) -> None:
+        """Apply one record of the producer's transaction, pending until its marker."""
+
+    def replay_end_transaction(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """The producer's transaction ended in this partition: COMMIT (True) or ABORT."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,11 +46,13 @@ from typing import Any, Generic, TypeVar
 from gregor.coordinator.runtime import loader
 from gregor.coordinator.runtime.partition_writer import PartitionWriter
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred, Record
-from gregor.coordinator.runtime.shard import Completion, CoordinatorShard, RecordSerde
+from gregor.coordinator.runtime.shard import Completion, CoordinatorShard, RecordSerde, TransactionalShard
 from gregor.coordinator.runtime.timer import EventLoopTimer, Timer
 from gregor.coordinator.runtime.write_queue import WriteQueue
 from gregor.log.partition_log import PartitionLog
+from gregor.protocol.control_records import build_marker_batch
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.record_batch import TRANSACTIONAL_BIT
 from gregor.protocol.records import build_batch
 
 log = logging.getLogger("gregor.coordinator")
@@ -193,13 +195,15 @@ class ShardRuntime(Generic[S]):
         writes = self.writes
         if records:
             try:
-                end = self._append(records)
+                end = self._append(records, result.producer_id, result.producer_epoch)
             except Exception:
                 log.exception("appending to %s failed", self.name)
                 raise self._abandon(completions, "coordinator write failed; reloading") from None
             committed = end <= self.committed_offset()  # one node: by its own append
             if result.replay_records:
-                replay = shard.replay
+                replay: Callable[[Any, Any], None] = shard.replay
+                if result.producer_id >= 0:
+                    replay = self._transactional_replay(shard, result.producer_id, result.producer_epoch)
                 if committed:
                     for key, value in records:
                         replay(key, value)
@@ -226,6 +230,40 @@ class ShardRuntime(Generic[S]):
         writes.release(self.committed_offset())
         return waiter
 
+    @staticmethod
+    def _transactional_replay(shard: S, producer_id: int, producer_epoch: int) -> Callable[[Any, Any], None]:
+        if not isinstance(shard, TransactionalShard):
+            raise TypeError(f"{type(shard).__name__} does not take records in transactions")
+        return lambda key, value: shard.replay_transactional(producer_id, producer_epoch, key, value)
+
+    def complete_transaction(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                             commit: bool) -> Any:
+        """Write a transaction's marker (WriteTxnMarkers to this partition) and replay it into the
+        shard: the producer's pending records are committed or dropped. Returns None once the
+        marker is committed, or a Deferred of None meanwhile (Kafka: scheduleTransactionCompletion)."""
+        shard = self.check_available()
+        if not isinstance(shard, TransactionalShard):
+            raise KafkaError(ErrorCode.invalid_request, f"{self.name} takes no transaction markers")
+        batch = build_marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, time.time_ns() // 1_000_000)
+        try:
+            end = self.writer.append_internal(self.topic, self.partition, batch) + 1
+        except Exception:
+            log.exception("appending a transaction marker to %s failed", self.name)
+            raise self._abandon((), "coordinator write failed; reloading") from None
+        committed = end <= self.committed_offset()
+        reads = shard.committed_reads
+        if not committed:
+            reads.pending = end
+        try:
+            shard.replay_end_transaction(producer_id, producer_epoch, commit)
+        finally:
+            reads.pending = -1
+        if self.writes.last_offset is None and committed:
+            return None
+        waiter = self.writes.add(end, None, ())
+        self.writes.release(self.committed_offset())
+        return waiter
+
     def _abandon(self, completions: Sequence[Completion], reason: str) -> KafkaError:
         """An operation or its append failed: fail what it deferred, reload the shard."""
         error = KafkaError(ErrorCode.not_coordinator, reason)
@@ -234,12 +272,14 @@ class ShardRuntime(Generic[S]):
         self.reload()
         return error
 
-    def _append(self, records: list[Record]) -> int:
-        """Append ``records`` as one batch; returns the offset the batch ends at."""
+    def _append(self, records: list[Record], producer_id: int = -1, producer_epoch: int = -1) -> int:
+        """Append ``records`` as one batch (a transactional one of ``producer_id``); returns the
+        offset the batch ends at."""
         encode_key, encode_value = self.serde.encode_key, self.serde.encode_value
         pairs = [(encode_key(k), encode_value(v)) for k, v in records]
-        base = self.writer.append_internal(self.topic, self.partition,
-                                           build_batch(pairs, timestamp=time.time_ns() // 1_000_000, codec=self.codec))
+        batch = build_batch(pairs, timestamp=time.time_ns() // 1_000_000, codec=self.codec, producer_id=producer_id,
+                            producer_epoch=producer_epoch, attributes=TRANSACTIONAL_BIT if producer_id >= 0 else 0)
+        base = self.writer.append_internal(self.topic, self.partition, batch)
         return base + len(pairs)
 
     def _run_timer(self, key: str, operation: Callable[[], CoordinatorResult[Any] | None]) -> None:
