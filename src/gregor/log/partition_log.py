@@ -9,6 +9,12 @@ returns. A replicated log keeps it apart, moved by the replica manager (``update
 consumers read below it (``read(max_offset=...)``), followers up to the log end. Replication
 also uses the leader epoch cache (``epochs``), the follower's append of the leader's batches as
 they are (``append_as_follower``) and truncation (``truncate_to``, ``truncate_fully_and_start_at``).
+
+Transactions (docs/transactions.md, "The partition side"): transactional batches go through the
+producer state like idempotent ones and open their producer's transaction; a marker written for
+the transaction coordinator (``append_control``) closes it, and an abort is recorded in the
+marker's segment's transaction index. ``last_stable_offset`` bounds read_committed fetches, and
+``aborted_transactions`` lists the aborted transactions overlapping a fetched range.
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ import crc32c
 
 from gregor.log.file_region import FileRegion
 from gregor.log.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from gregor.log.producer_state import ProducerStateManager
+from gregor.log.producer_state import ProducerInfo, ProducerStateManager
 from gregor.log.segment import Segment
 from gregor.log.storage_errors import CorruptBatch, PartitionOffline, StorageError, describe
+from gregor.log.transaction_index import AbortedTxn
+from gregor.protocol import control_records
 from gregor.protocol import record_batch as rb
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.key_check import InflatedTooLarge, keyless_records
@@ -204,13 +212,14 @@ class PartitionLog:
         self.dir.mkdir(parents=True, exist_ok=True)
         names = os.listdir(self.dir)  # one directory read for the three kinds of file below
         for name in names:
-            if name.endswith(".cleaned"):
+            if name.endswith((".cleaned", ".txnindex.tmp")):
                 (self.dir / name).unlink()
         for name in sorted(n for n in names if n.endswith(".log.swap")):
             swap = self.dir / name
             os.replace(swap, swap.with_suffix(""))  # the cleaner crashed after writing: finish the swap
             names.append(name[: -len(".swap")])
         bases = sorted({int(n[: -len(".log")]) for n in names if n.endswith(".log")})
+        txn_files = {n for n in names if n.endswith(".txnindex")}
         interval = int(self.config["index.interval.bytes"])
         max_batch = int(self.config["max.message.bytes"])
         now = self.clock()
@@ -221,7 +230,8 @@ class PartitionLog:
                 # everything after a corrupt batch is unreachable: drop later segments too
                 Segment(self.dir, base, interval, now).delete_files()
                 continue
-            seg = Segment(self.dir, base, interval, int(os.path.getmtime(self.dir / f"{base:020d}.log") * 1000))
+            seg = Segment(self.dir, base, interval, int(os.path.getmtime(self.dir / f"{base:020d}.log") * 1000),
+                          txn_index=f"{base:020d}.txnindex" in txn_files)
             needs_recovery = not clean_shutdown and self._segment_end(bases, base) > recovery_point
             known_end = bases[bases.index(base) + 1] if base != bases[-1] else (
                 recovery_point if clean_shutdown and recovery_point > base else None)
@@ -244,7 +254,7 @@ class PartitionLog:
         snap = self.producer_state.load_snapshot(self.dir) if clean_shutdown else None
         self._snapshot_at = snap
         if snap != leo and not (snap is None and all(s.size == 0 for s in self.segments)):
-            self._rebuild_producer_state()
+            self._rebuild_producer_state(rebuild_txn_indexes=True)
             self._snapshot_at = None
         self.recovery_point = leo
         self.loaded = True
@@ -282,12 +292,45 @@ class PartitionLog:
         i = bases.index(base)
         return bases[i + 1] if i + 1 < len(bases) else 2**63 - 1
 
-    def _rebuild_producer_state(self) -> None:
-        self.producer_state = ProducerStateManager()
+    def _rebuild_producer_state(self, rebuild_txn_indexes: bool = False) -> None:
+        """The producer state from the batch headers of the whole log (and the one record of each
+        control batch). ``rebuild_txn_indexes``: after a crash, each segment's transaction index
+        is rewritten from the aborts found in it where it differs."""
+        state = self.producer_state = ProducerStateManager()
         for seg in self.segments:
+            aborted: list[AbortedTxn] = []
             for h in seg.iter_headers():
-                if h.producer_id >= 0:
-                    self.producer_state.update(h)
+                if h.producer_id < 0:
+                    continue
+                if not h.is_control:
+                    state.update(h)
+                    continue
+                txn = self._replay_marker(seg, h)
+                if txn is not None:
+                    aborted.append(txn)
+            if rebuild_txn_indexes and aborted != seg.txn_index.entries:
+                log.info("%s-%d: transaction index of segment %d rebuilt (%d aborted transactions)",
+                         self.topic, self.partition, seg.base_offset, len(aborted))
+                seg.txn_index.replace(aborted)
+
+    def _replay_marker(self, seg: Segment, h: rb.BatchHeader) -> AbortedTxn | None:
+        """A control batch read back from the log: the transaction it ends (its aborted
+        transaction, if it aborted one). A marker that cannot be read ends nothing (logged)."""
+        data = seg.pread(h.position, h.size)
+        at = h.position
+        h.position = 0
+        try:
+            marker = control_records.read_marker(data, h)
+        except (InvalidBatch, IndexError) as e:
+            log.error("%s-%d: the control batch at offset %d cannot be read (%s); ignored", self.topic,
+                      self.partition, h.base_offset, e)
+            return None
+        finally:
+            h.position = at
+        if marker is None:
+            return None
+        return self.producer_state.complete_txn(h.producer_id, h.producer_epoch, marker.coordinator_epoch,
+                                                h.base_offset, h.max_timestamp, marker.commit)
 
     def close(self) -> None:
         """Flush what was written since the last flush and write the producer snapshot if the
@@ -356,6 +399,54 @@ class PartitionLog:
         self._hwm = hw
         return True
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's last stable offset: the first offset of the earliest transaction that is ongoing
+        or whose marker the high watermark has not passed yet (at least the log start offset),
+        bounded by the high watermark. read_committed consumers read below it."""
+        hw = self.high_watermark
+        state = self.producer_state
+        if not self.loaded:
+            self.ensure_loaded()  # the snapshot may hold ongoing transactions
+            hw = self.high_watermark
+        if not state.ongoing and not state.unreplicated:
+            return hw
+        state.on_high_watermark(hw)
+        first = state.first_unstable_offset()
+        if first is None:
+            return hw
+        return min(max(first, self.log_start_offset), hw)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [fetch_offset,
+        upper_bound_offset) (Kafka's collectAbortedTransactions): the transaction indexes of the
+        segment holding ``fetch_offset`` and of the later ones, until an entry's last stable
+        offset reaches the bound. Most segments have no index and cost nothing."""
+        self.ensure_loaded()
+        if upper_bound_offset <= fetch_offset:
+            return []
+        found: list[AbortedTxn] = []
+        i = max(bisect.bisect_right(self._bases, fetch_offset) - 1, 0)
+        try:
+            for seg in self.segments[i:]:
+                if seg.txn_index.collect(fetch_offset, upper_bound_offset, found):
+                    break
+        except OSError as e:
+            raise StorageError(f"reading the transaction index of {self.topic}-{self.partition} failed: "
+                               f"{describe(e)}") from None
+        return [(t.producer_id, t.first_offset) for t in found]
+
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the ongoing transactions, earliest first."""
+        self.ensure_loaded()
+        return self.producer_state.ongoing_transactions()
+
+    def producers(self) -> list[ProducerInfo]:
+        """The producers with state here (DescribeProducers): id, epoch, last sequence, last
+        timestamp, coordinator epoch of the last marker, start offset of the ongoing transaction."""
+        self.ensure_loaded()
+        return self.producer_state.producer_infos()
+
     def set_high_watermark_from_checkpoint(self, offset: int) -> None:
         """The high watermark read from ``replication-offset-checkpoint`` at start-up (clamped)."""
         self.update_high_watermark(offset)
@@ -398,8 +489,9 @@ class PartitionLog:
         h = headers[0]
         if h.is_control:
             raise KafkaError(ErrorCode.invalid_record, "clients may not produce control batches")
-        if h.is_transactional:
-            raise KafkaError(ErrorCode.invalid_record, "transactional produce is not supported by this broker")
+        if h.is_transactional and (h.producer_id < 0 or h.base_sequence == rb.NO_SEQUENCE):
+            raise KafkaError(ErrorCode.invalid_record,
+                             "a transactional batch must carry a producer id and a base sequence")
         if self.is_compacted:
             self._check_keys(records, h)
         dup = self.producer_state.check(h)
@@ -448,6 +540,39 @@ class PartitionLog:
             log.error("%s-%d: writing the leader epoch checkpoint failed (%s); retried at the next flush",
                       self.topic, self.partition, describe(e))
 
+    def append_control(self, batch: bytes, leader_epoch: int = 0) -> AppendResult:
+        """Append a transaction marker (a control batch built by protocol/control_records.py) for
+        the transaction coordinator, stamped with ``leader_epoch``: checked against the producer
+        state (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED), then written; it ends the
+        producer's ongoing transaction here, and an abort is added to the transaction index of
+        the segment it went to. INVALID_RECORD for anything but one marker batch. Storage
+        failures as ``append``."""
+        self.ensure_loaded()
+        if self.offline:
+            raise PartitionOffline(self.offline)
+        try:
+            (h,) = validate_batches(batch, 2**31 - 1)
+            if not (h.is_control and h.is_transactional) or h.producer_id < 0:
+                raise InvalidBatch("not a transactional control batch with a producer id")
+            marker = control_records.read_marker(batch, h)
+            if marker is None:
+                raise InvalidBatch("the control batch holds no transaction marker")
+        except (InvalidBatch, ValueError) as e:
+            raise KafkaError(ErrorCode.invalid_record, f"{self.topic}-{self.partition}: not a transaction "
+                             f"marker: {e}") from None
+        state = self.producer_state
+        state.check_marker(h.producer_id, h.producer_epoch, marker.coordinator_epoch)
+        try:
+            offset = self._append_unchecked(batch, leader_epoch)
+        except PartitionOffline as e:
+            self.offline = e.message
+            raise
+        aborted = state.complete_txn(h.producer_id, h.producer_epoch, marker.coordinator_epoch, offset,
+                                     h.max_timestamp, marker.commit)
+        if aborted is not None:
+            self.active.txn_index.append(aborted)
+        return AppendResult(offset, -1, self.log_start_offset)
+
     def append_batch_unchecked(self, batch: bytes, leader_epoch: int = 0) -> int:
         """Append a batch built by the broker itself (internal topics), stamped with
         ``leader_epoch``. Returns its base offset."""
@@ -472,6 +597,9 @@ class PartitionLog:
         self.active.append([buf], [h])
         if leader_epoch > self._epochs.latest_epoch:
             self._new_epoch(leader_epoch, offset)
+        if h.producer_id >= 0 and not h.is_control:
+            # (a coordinator's transactional batch, e.g. TxnOffsetCommit's, opens its transaction)
+            self.producer_state.update(h)
         self._appended(h)
         return offset
 
@@ -549,18 +677,38 @@ class PartitionLog:
             run = headers[i:j]
             for h in run:
                 h.position -= start  # positions relative to the buffer written
-            act.append([data[start:end]], run)
+            written = data[start:end]
+            act.append([written], run)
             for h, epoch in zip(run, epochs[i:j], strict=True):
                 if epoch != cache.latest_epoch and epoch >= 0:
                     self._new_epoch(epoch, h.base_offset)
                 if h.producer_id >= 0:
-                    self.producer_state.update(h)
+                    if h.is_control:
+                        self._follow_marker(act, written, h)
+                    else:
+                        self.producer_state.update(h)
                 messages += h.records_count
             self.dirty_since_clean += end - start
             i = j
         self.unflushed_messages += messages
         if self.unflushed_messages >= int(self.config["flush.messages"]):
             self.flush()
+
+    def _follow_marker(self, seg: Segment, buf: memoryview, h: rb.BatchHeader) -> None:
+        """A marker copied from the leader: its transaction ends here as it did there (no checks:
+        the leader made them), and an abort goes into the segment's transaction index."""
+        try:
+            marker = control_records.read_marker(buf, h)
+        except (InvalidBatch, IndexError) as e:
+            log.error("%s-%d: the control batch at offset %d from the leader cannot be read (%s); ignored",
+                      self.topic, self.partition, h.base_offset, e)
+            return
+        if marker is None:
+            return
+        aborted = self.producer_state.complete_txn(h.producer_id, h.producer_epoch, marker.coordinator_epoch,
+                                                   h.base_offset, h.max_timestamp, marker.commit)
+        if aborted is not None:
+            seg.txn_index.append(aborted)
 
     def _appended(self, h: rb.BatchHeader) -> None:
         """Bookkeeping after any append: flush policy and the cleaner's dirty count."""

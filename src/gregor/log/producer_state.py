@@ -1,14 +1,27 @@
-"""Idempotent-producer state of one partition (Kafka: ProducerStateManager).
+"""Producer state of one partition (Kafka: ProducerStateManager, ProducerAppendInfo).
 
-For each producer id: its epoch and the metadata of its last five batches. An incoming batch is
+For each producer id: its epoch, the metadata of its last five batches, the coordinator epoch of
+its last transaction marker, its last timestamp, and the first offset of its ongoing transaction.
+An incoming data batch is
 - a duplicate if it matches one of those five (answered with the offsets it got the first time,
   nothing appended),
 - in sequence if its first sequence follows the last one (wrapping at 2^31),
-- otherwise OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH (Kafka 2.x+
-  answers fenced producers this way for idempotent, non-transactional producers).
+- otherwise OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH (Kafka 2.7+
+  answers fenced producers this way, transactional or not);
+- INVALID_TXN_STATE if it is not transactional while its producer has a transaction ongoing.
 
-State survives restarts through a snapshot written at clean shutdown and, after a crash, by
-re-reading batch headers (never records) from the log.
+A transactional data batch starts a transaction when its producer has none ongoing. A marker
+(control batch, appended with ``complete_txn``) ends it: checked first with ``check_marker``
+(an epoch below the producer's is INVALID_PRODUCER_EPOCH, a coordinator epoch below the last one
+seen is TRANSACTION_COORDINATOR_FENCED). A completed transaction stays *unreplicated* until the
+high watermark passes its marker (Kafka's unreplicatedTxns); the first unstable offset is the
+first offset of the earliest ongoing or unreplicated transaction, and the partition's last stable
+offset is that, bounded by the high watermark. An aborted transaction is returned to the caller
+(the log) for its segment's transaction index.
+
+State survives restarts through a snapshot written at clean shutdown (ongoing transactions
+included) and, after a crash, by re-reading batch headers from the log (and the one record of
+each control batch, never the records of data batches).
 """
 
 from __future__ import annotations
@@ -19,6 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gregor.log.transaction_index import AbortedTxn
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.record_batch import NO_SEQUENCE, BatchHeader
 
@@ -40,21 +54,60 @@ class ProducerEntry:
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
     last_timestamp: int = -1
+    coordinator_epoch: int = -1  # of the last marker of this producer (-1: none seen)
+    txn_first_offset: int | None = None  # first offset of the ongoing transaction
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
+    def set_epoch(self, epoch: int) -> None:
+        """A new producer epoch forgets the batches of the old one (Kafka's
+        maybeUpdateProducerEpoch); the ongoing transaction and coordinator epoch stay."""
+        if epoch != self.epoch:
+            self.batches.clear()
+            self.epoch = epoch
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    """One producer as DescribeProducers shows it (-1: unknown / none)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
 
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        # producer id -> first offset of its ongoing transaction, in the order they started (so in
+        # offset order: the first item is the earliest)
+        self.ongoing: dict[int, int] = {}
+        # completed transactions whose marker the high watermark has not passed, in marker order
+        self.unreplicated: list[CompletedTxn] = []
 
     def check(self, h: BatchHeader) -> BatchMeta | None:
-        """Validate a batch before append. Returns the earlier append if it is a duplicate."""
-        if h.producer_id < 0 or h.base_sequence == NO_SEQUENCE:
+        """Validate a data batch before append. Returns the earlier append if it is a duplicate."""
+        if h.producer_id < 0:
             return None
         entry = self.producers.get(h.producer_id)
+        if h.base_sequence == NO_SEQUENCE:
+            if entry is not None:
+                self._check_epoch(h, entry)
+                self._check_txn_state(h, entry)
+            return None
         first, last = h.base_sequence, h.last_sequence
         if entry is None:
             if first != 0:
@@ -63,17 +116,14 @@ class ProducerStateManager:
                     f"producer {h.producer_id} is unknown here and its first sequence is {first}, not 0",
                 )
             return None
-        if h.producer_epoch < entry.epoch:
-            raise KafkaError(
-                ErrorCode.invalid_producer_epoch,
-                f"producer {h.producer_id} epoch {h.producer_epoch} is older than {entry.epoch}",
-            )
+        self._check_epoch(h, entry)
         if h.producer_epoch > entry.epoch:
             if first != 0:
                 raise KafkaError(
                     ErrorCode.out_of_order_sequence_number,
                     f"producer {h.producer_id} bumped its epoch to {h.producer_epoch} with sequence {first}",
                 )
+            self._check_txn_state(h, entry)
             return None
         for b in entry.batches:
             if b.first_seq == first and b.last_seq == last:
@@ -84,7 +134,25 @@ class ProducerStateManager:
                 ErrorCode.out_of_order_sequence_number,
                 f"producer {h.producer_id} sent sequence {first}, expected {expected}",
             )
+        self._check_txn_state(h, entry)
         return None
+
+    @staticmethod
+    def _check_epoch(h: BatchHeader, entry: ProducerEntry) -> None:
+        if h.producer_epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"producer {h.producer_id} epoch {h.producer_epoch} is older than {entry.epoch}",
+            )
+
+    @staticmethod
+    def _check_txn_state(h: BatchHeader, entry: ProducerEntry) -> None:
+        if entry.txn_first_offset is not None and not h.is_transactional:
+            raise KafkaError(
+                ErrorCode.invalid_txn_state,
+                f"producer {h.producer_id} sent a non-transactional batch while its transaction from offset "
+                f"{entry.txn_first_offset} is ongoing",
+            )
 
     def expected_sequence(self, producer_id: int, epoch: int) -> int | None:
         """The sequence the producer's next batch at ``epoch`` must start with (None: unknown)."""
@@ -96,17 +164,90 @@ class ProducerStateManager:
         return (entry.last_seq + 1) % _SEQ_MOD
 
     def update(self, h: BatchHeader) -> None:
-        """Record an appended batch (offsets assigned)."""
+        """Record an appended data batch (offsets assigned); a transactional one starts its
+        producer's transaction if none is ongoing. (Control batches go to ``complete_txn``.)"""
         if h.producer_id < 0:
             return
         entry = self.producers.get(h.producer_id)
-        if entry is None or h.producer_epoch != entry.epoch:
-            entry = ProducerEntry(h.producer_epoch)
-            self.producers[h.producer_id] = entry
+        if entry is None:
+            entry = self.producers[h.producer_id] = ProducerEntry(h.producer_epoch)
+        else:
+            entry.set_epoch(h.producer_epoch)
         if h.base_sequence != NO_SEQUENCE:
             entry.batches.append(BatchMeta(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset,
                                            h.max_timestamp))
         entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
+        if h.is_transactional and entry.txn_first_offset is None:
+            entry.txn_first_offset = h.base_offset
+            self.ongoing[h.producer_id] = h.base_offset
+
+    # -- transaction markers -----------------------------------------------------------------
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """A marker the coordinator asks this leader to write (Kafka's appendEndTxnMarker with
+        origin COORDINATOR): an epoch below the producer's is INVALID_PRODUCER_EPOCH, a coordinator
+        epoch below the last one seen TRANSACTION_COORDINATOR_FENCED. A producer unknown here (its
+        transaction wrote nothing to this partition, or retention removed it) is accepted."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"marker for producer {producer_id} at epoch {producer_epoch}, older than its epoch {entry.epoch}",
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, older than "
+                f"{entry.coordinator_epoch}",
+            )
+
+    def complete_txn(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, marker_offset: int,
+                     timestamp: int, commit: bool) -> AbortedTxn | None:
+        """Record an appended marker: the producer's ongoing transaction (if any) is complete and
+        unreplicated until the high watermark passes ``marker_offset``. Returns the aborted
+        transaction to add to the marker's segment's transaction index (None for a commit or a
+        marker with no transaction ongoing here), with the last stable offset once it completed:
+        the first offset of the earliest other ongoing transaction, else past the marker."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerEntry(producer_epoch)
+        else:
+            entry.set_epoch(producer_epoch)
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        first = entry.txn_first_offset
+        if first is None:
+            return None
+        entry.txn_first_offset = None
+        self.ongoing.pop(producer_id, None)
+        self.unreplicated.append(CompletedTxn(producer_id, first, marker_offset, not commit))
+        if commit:
+            return None
+        lso = next(iter(self.ongoing.values()), marker_offset + 1)
+        return AbortedTxn(producer_id, first, marker_offset, lso)
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Completed transactions whose marker is below the high watermark are stable."""
+        if self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
+            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest ongoing or unreplicated transaction (None: all stable)."""
+        first = next(iter(self.ongoing.values()), None)
+        for t in self.unreplicated:
+            if first is None or t.first_offset < first:
+                first = t.first_offset
+        return first
+
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every ongoing transaction, earliest first."""
+        return sorted(self.ongoing.items(), key=lambda kv: kv[1])
+
+    def producer_infos(self) -> list[ProducerInfo]:
+        return [ProducerInfo(pid, e.epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
+                             -1 if e.txn_first_offset is None else e.txn_first_offset)
+                for pid, e in self.producers.items()]
 
     # -- snapshots ---------------------------------------------------------------------------
     def write_snapshot(self, directory: Path, offset: int) -> None:
@@ -114,7 +255,8 @@ class ProducerStateManager:
         temporary file is removed and OSError raised; the start-up then rebuilds the state from
         the log, as the older snapshot no longer matches the log end."""
         data = {
-            str(pid): {"epoch": e.epoch, "ts": e.last_timestamp,
+            str(pid): {"epoch": e.epoch, "ts": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,
+                       "txn_first_offset": e.txn_first_offset,
                        "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp]
                                    for b in e.batches]}
             for pid, e in self.producers.items()
@@ -155,9 +297,17 @@ class ProducerStateManager:
         except (OSError, ValueError):
             return None
         self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
         for pid, e in data.items():
-            entry = ProducerEntry(e["epoch"], last_timestamp=e["ts"])
+            # (snapshots written before transactions were supported lack the last two keys)
+            entry = ProducerEntry(e["epoch"], last_timestamp=e["ts"],
+                                  coordinator_epoch=e.get("coordinator_epoch", -1),
+                                  txn_first_offset=e.get("txn_first_offset"))
             for b in e["batches"]:
                 entry.batches.append(BatchMeta(*b))
             self.producers[int(pid)] = entry
+        for pid, first in sorted(((p, e.txn_first_offset) for p, e in self.producers.items()
+                                  if e.txn_first_offset is not None), key=lambda kv: kv[1]):
+            self.ongoing[pid] = first
         return int(snaps[-1].stem)

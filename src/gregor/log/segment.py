@@ -1,5 +1,6 @@
 """One log segment: ``<base offset, 20 digits>.log`` holding RecordBatch v2 bytes exactly as they
-travel on the wire, with its ``.index`` and ``.timeindex``."""
+travel on the wire, with its ``.index``, ``.timeindex`` and ``.txnindex`` (the transactions aborted
+by markers in it, log/transaction_index.py; most segments have none)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from gregor.log.offset_index import OffsetIndex
 from gregor.log.storage_errors import FD_CACHE, CorruptBatch, PartitionOffline, StorageError, describe
 from gregor.log.time_index import TimeIndex
+from gregor.log.transaction_index import TransactionIndex
 from gregor.protocol import record_batch as rb
 from gregor.protocol.record_batch import BatchHeader, InvalidBatch
 
@@ -32,9 +34,11 @@ def segment_name(base_offset: int) -> str:
 
 class Segment:
     def __init__(self, directory: Path, base_offset: int, index_interval: int, created_ms: int,
-                 size: int | None = None) -> None:
+                 size: int | None = None, txn_index: bool | None = None) -> None:
         """``size``: the file's size when the caller knows it (0: a new segment, whose file is
-        created here); otherwise it is read with stat(2), creating the file if it is missing."""
+        created here, and a stale transaction index removed); otherwise it is read with stat(2),
+        creating the file if it is missing. ``txn_index``: whether a ``.txnindex`` file exists,
+        when the caller knows (None: looked for on first use)."""
         self.dir = directory
         self.base_offset = base_offset
         stem = segment_name(base_offset)
@@ -50,6 +54,10 @@ class Segment:
                 self._create()
         elif size == 0:
             self._create()
+            if txn_index is None:
+                (directory / f"{stem}.txnindex").unlink(missing_ok=True)
+                txn_index = False
+        self.txn_index = TransactionIndex(directory / f"{stem}.txnindex", txn_index)
         self.size = size
         self.next_offset = base_offset  # one past the last offset in the segment
         self.max_timestamp = -1
@@ -145,6 +153,13 @@ class Segment:
                 log.error("%s: fsync failed (%s): taking the partition offline", self.path, describe(e))
                 raise PartitionOffline(f"fsync of {self.path} failed: {describe(e)}") from None
             self.unflushed = False
+        if self.txn_index.unflushed:
+            try:
+                self.txn_index.flush()
+            except OSError as e:
+                log.error("%s: writing its transaction index failed (%s): taking the partition offline",
+                          self.path, describe(e))
+                raise PartitionOffline(f"writing the transaction index of {self.path} failed: {describe(e)}") from None
         self.write_indexes()
 
     def write_indexes(self) -> None:
@@ -388,6 +403,7 @@ class Segment:
         self.unflushed = False
         self.index.truncate_to_position(pos)
         self.time_index.truncate_to_offset(first.base_offset)
+        self.txn_index.truncate_to(first.base_offset)
         # the time index holds an entry for every batch that raised the maximum timestamp
         self.max_timestamp = self.time_index.timestamps[-1] if len(self.time_index) else -1
         if len(self.index):
@@ -417,7 +433,8 @@ class Segment:
     def delete_files(self) -> None:
         self.close()
         self.deleted = True
-        for p in (self.path, self.index.path, self.time_index.path):
+        self.txn_index.forget()
+        for p in (self.path, self.index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(p)
             except FileNotFoundError:
