@@ -55,6 +55,7 @@ from gregor.log.log_manager import LogManager
 from gregor.log.storage_errors import StorageError
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol import record_batch as rb
+from gregor.protocol.control_records import build_marker_batch
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.replication.partition import FollowerState, Partition, TopicPartition
 from gregor.replication.replica_fetcher import ReplicaFetcher
@@ -449,6 +450,26 @@ class ClusterReplicas(ReplicaManager):
         self.logs.notifier.notify(part.tp)
         self._maybe_advance_hwm(part)
         return base
+
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                               coordinator_epoch: int, commit: bool, timeout_s: float) -> int:
+        part = self.leader_partition(topic, partition)
+        self._check_min_isr(part)
+        plog = part.log
+        batch = build_marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, plog.clock())
+        try:
+            res = plog.append_control(batch, leader_epoch=part.leader_epoch)
+        except StorageError as e:
+            self.storage_failed(part, e)
+            raise
+        self.logs.notifier.notify(part.tp)  # followers long-polling
+        required = plog.log_end_offset
+        self._maybe_advance_hwm(part)
+        code = await self.wait_replicated(part, required, timeout_s)
+        if code != ErrorCode.none:
+            raise KafkaError(code, f"{topic}-{partition}: the transaction marker of producer {producer_id} at offset "
+                                   f"{res.base_offset}: {code.name}")
+        return res.base_offset
 
     async def wait_replicated(self, part: Partition, required: int, timeout_s: float) -> ErrorCode:
         """acks=all: NONE once the high watermark reaches ``required`` with the maximal ISR at

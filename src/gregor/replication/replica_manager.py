@@ -10,8 +10,10 @@ ask which one they have:
 - lookups with leader-epoch checks (KIP-320): ``leader_partition`` (only the leader answers:
   produce, ListOffsets, OffsetForLeaderEpoch, DeleteRecords, a follower's Fetch) and
   ``local_partition`` (any replica: a consumer's Fetch from a follower, KIP-392);
-- appends: ``append_records`` (a producer's batch: acks, min.insync.replicas, the acks=all wait)
-  and ``append_internal`` (a batch the broker built itself: the coordinators' records, telemetry);
+- appends: ``append_records`` (a producer's batch: acks, min.insync.replicas, the acks=all wait),
+  ``append_internal`` (a batch the broker built itself: the coordinators' records, telemetry) and
+  ``write_txn_marker`` (a transaction marker the transaction coordinator asks this leader to
+  write, with acks=all, as Kafka's WriteTxnMarkers appends with origin COORDINATOR);
 - follower bookkeeping: ``follower_fetched`` (a follower's fetch offset and log start);
 - DeleteRecords: ``delete_records`` and ``wait_low_watermark`` (every replica's log start);
 - listeners: ``on_leadership(topic, partition, leader_epoch, is_leader)`` for every real gain or
@@ -115,6 +117,18 @@ class ReplicaManager(ABC):
     def append_internal(self, topic: str, partition: int, batch: bytes) -> int:
         """A batch the broker built itself (coordinator records, telemetry), appended as leader
         with the leader epoch; returns its base offset."""
+
+    @abstractmethod
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                               coordinator_epoch: int, commit: bool, timeout_s: float) -> int:
+        """Write the marker ending ``producer_id``'s transaction on the partition (commit or
+        abort) as its leader and wait until the high watermark covers it (acks=all); returns the
+        marker's offset. Raises KafkaError: the leadership errors of ``leader_partition``
+        (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER), NOT_ENOUGH_REPLICAS before writing,
+        INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED from the producer state,
+        KAFKA_STORAGE_ERROR, then NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT or
+        NOT_LEADER_OR_FOLLOWER while waiting (the coordinator retries: a marker written twice
+        ends nothing the second time)."""
 
     # -- followers ---------------------------------------------------------------------------
     @abstractmethod

@@ -19,6 +19,7 @@ from typing import Any
 
 from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import Topic, TopicRegistry
+from gregor.protocol.control_records import build_marker_batch
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.replication.partition import Partition
 from gregor.replication.replica_manager import Appended, ReplicaManager
@@ -97,6 +98,14 @@ class SingleNodeReplicas(ReplicaManager):
         base = plog.append_batch_unchecked(batch, LEADER_EPOCH)
         self._appended(topic, partition, plog.log_end_offset)
         return base
+
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                               coordinator_epoch: int, commit: bool, timeout_s: float) -> int:
+        plog = self.leader_partition(topic, partition).log
+        batch = build_marker_batch(producer_id, producer_epoch, coordinator_epoch, commit, plog.clock())
+        res = plog.append_control(batch, LEADER_EPOCH)
+        self._appended(topic, partition, plog.log_end_offset)  # committed: the last stable offset moved
+        return res.base_offset
 
     def _appended(self, topic: str, partition: int, end: int) -> None:
         """The high watermark is the log end: it moved with the append."""
