@@ -19,6 +19,8 @@ def test_matches_generated_encoder(version):
             PartitionData(0, 0, 10, 10, 0, RECORDS),
             PartitionData(1, 1, 5, 5, 2, b""),
             PartitionData(2, 0, 7, 7, 0, b"", preferred_read_replica=3),  # KIP-392 (v11+)
+            PartitionData(4, 0, 12, 9, 0, RECORDS, aborted_transactions=[(7, 3), (-5, 2**40)]),  # read_committed
+            PartitionData(5, 0, 12, 9, 0, b"", aborted_transactions=[]),
         ]),
         TopicData(uuid.UUID(int=7) if version >= 13 else "b", [PartitionData(3, 3)]),
     ]
@@ -29,7 +31,8 @@ def test_matches_generated_encoder(version):
         "responses": [{key: t.topic, "partitions": [
             {"partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
              "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
-             "aborted_transactions": None,
+             "aborted_transactions": None if p.aborted_transactions is None else [
+                 {"producer_id": pid, "first_offset": first} for pid, first in p.aborted_transactions],
              "preferred_read_replica": p.preferred_read_replica if version >= 11 else -1, "records": p.records}
             for p in t.partitions]} for t in topics]}))
     assert ours == generic

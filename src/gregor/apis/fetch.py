@@ -19,6 +19,12 @@ UNKNOWN_LEADER_EPOCH, and is checked again when a long poll ends. With ``replica
 set, the leader answers a consumer in another rack with ``preferred_read_replica`` (KIP-392,
 replication/replica_selector.py) and no records; the consumer then reads from that replica.
 
+Transactions: a consumer's fetch with ``isolation_level`` 1 (read_committed) is answered up to the
+last stable offset instead of the high watermark, with the aborted transactions overlapping the
+records returned (``aborted_transactions``, from the segments' transaction indexes: one index
+lookup, no record read); read_uncommitted answers null there. Every response carries the
+partition's last stable offset.
+
 Fetch sessions (KIP-227) are declined the way a Kafka broker with a full session cache declines
 them: every response carries session id 0, so clients keep sending full fetch requests.
 """
@@ -38,6 +44,7 @@ from gregor.protocol.fetch_response import PartitionData, TopicData, encode_fetc
 from gregor.replication.replica_selector import ReplicaView, preferred_read_replica
 
 INVALID_SESSION_ID = 0
+READ_COMMITTED = 1
 FINAL_EPOCH = -1
 REGION_BYTES = 1 << 20
 
@@ -72,6 +79,7 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
                  if metrics is not None else [])
     tally = metrics.attribute_fetch(client_id, ctx.client_host, positions, ctx.connection_state) if metrics else None
     recheck = replica_id < 0
+    committed = replica_id < 0 and getattr(req, "isolation_level", 0) == READ_COMMITTED
     waited = False
     while True:
         if waited and recheck:
@@ -80,7 +88,7 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
             # delayed fetch checks again when it completes)
             wanted = _recheck_epochs(ctx, req, wanted)
         waited = True
-        topics, total, any_error, served = _read_all(ctx, max_bytes, wanted, redirect)
+        topics, total, any_error, served = _read_all(ctx, max_bytes, wanted, redirect, committed)
         remaining = deadline - loop.time()
         if total >= min_bytes or any_error or redirect or remaining <= 0:
             break
@@ -220,8 +228,8 @@ def _resolve(ctx: RequestContext, req: Any, by_id: bool) -> list[Wanted]:
 Served = list[tuple[str, int, int, int]]  # topic, partition, messages, bytes
 
 
-def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted], redirect: dict[tuple[str, int], int]
-              ) -> tuple[list[TopicData[FileRegion]], int, bool, Served]:
+def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted], redirect: dict[tuple[str, int], int],
+              committed: bool = False) -> tuple[list[TopicData[FileRegion]], int, bool, Served]:
     logs = ctx.logs
     served: Served = []
     budget = max_bytes
@@ -237,16 +245,23 @@ def _read_all(ctx: RequestContext, max_bytes: int, wanted: list[Wanted], redirec
         if plog is not None and redirect and (name, partition) in redirect:
             # KIP-392: no records, only where to read them (with the offsets a consumer checks)
             entry.preferred_read_replica = redirect[(plog.topic, partition)]
-            entry.high_watermark = entry.last_stable_offset = plog.high_watermark
+            entry.high_watermark = plog.high_watermark
+            entry.last_stable_offset = plog.last_stable_offset
             entry.log_start_offset = plog.log_start_offset
         elif plog is not None:
             try:
+                lso = plog.last_stable_offset
+                bound = (lso if committed else plog.high_watermark) if upto_hwm else None
                 res = plog.read(offset, min(pmax, budget), min_one_batch=first_with_data, region_above=REGION_BYTES,
-                                max_offset=plog.high_watermark if upto_hwm else None)
+                                max_offset=bound)
                 entry.records = res.region if res.region is not None else res.records
-                entry.high_watermark = entry.last_stable_offset = res.high_watermark
+                entry.high_watermark = res.high_watermark
+                entry.last_stable_offset = lso
                 entry.log_start_offset = res.log_start_offset
                 size = len(entry.records)
+                if committed:
+                    entry.aborted_transactions = (plog.aborted_transactions(offset, res.next_offset)
+                                                  if size else [])
                 if size:
                     first_with_data = False
                     total += size

@@ -8,7 +8,9 @@ offset it could fetch): latest is the high watermark, and a timestamp or max-tim
 whose record is at or above it finds nothing (offset -1). A new leader whose high watermark has
 not yet reached the start of its leader epoch answers OFFSET_NOT_AVAILABLE (v5+; older versions
 LEADER_NOT_AVAILABLE) for latest and for a lookup it cannot answer below it, and the client asks
-again. A follower (``replica_id`` >= 0) is answered up to the log end."""
+again. A follower (``replica_id`` >= 0) is answered up to the log end. A read_committed consumer
+(``isolation_level`` 1, v2+) is answered up to the last stable offset instead of the high
+watermark: latest is the last stable offset, as Kafka's."""
 
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.replication.partition import Partition
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -1, -2, -3, -4
+READ_COMMITTED = 1
 CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
 @handles(ApiKey.LIST_OFFSETS, 1, 8)
 async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
     replica_id = getattr(req, "replica_id", CONSUMER_REPLICA_ID)
+    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for t in req.topics:
         parts = []
@@ -38,7 +42,7 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 part = (ctx.replicas.local_partition(t.name, p.partition_index, epoch)
                         if replica_id == DEBUGGING_REPLICA_ID
                         else ctx.replicas.leader_partition(t.name, p.partition_index, epoch))
-                _lookup(part, p.timestamp, replica_id, entry)
+                _lookup(part, p.timestamp, replica_id, entry, committed)
             except KafkaError as e:  # leadership, epochs, an offline partition, a corrupt batch
                 entry["error_code"] = e.code
                 if e.code == ErrorCode.offset_not_available and ctx.version < 5:
@@ -52,10 +56,13 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": topics}
 
 
-def _lookup(part: Partition, ts: int, replica_id: int, entry: dict[str, Any]) -> None:
+def _lookup(part: Partition, ts: int, replica_id: int, entry: dict[str, Any], committed: bool = False) -> None:
     plog = part.log
     client = replica_id < 0
-    last_fetchable = plog.high_watermark if client else plog.log_end_offset
+    if client:
+        last_fetchable = plog.last_stable_offset if committed else plog.high_watermark
+    else:
+        last_fetchable = plog.log_end_offset
     lagging = client and part.epoch_start_offset > plog.high_watermark
     not_available = KafkaError(ErrorCode.offset_not_available,
                                f"{part.topic}-{part.partition}: the high watermark ({plog.high_watermark}) is "

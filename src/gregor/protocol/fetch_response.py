@@ -20,6 +20,7 @@ from gregor.protocol.varint import write_uvarint
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_V4 = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
 
 
 # A partition's records: bytes, or a region of a file the connection sends as the socket drains
@@ -36,6 +37,9 @@ class PartitionData(Generic[R]):
     log_start_offset: int = -1
     records: bytes | R = b""
     preferred_read_replica: int = -1  # KIP-392: read from this broker instead (v11+)
+    # read_committed: (producer id, first offset) of the aborted transactions in the records
+    # (None: null, as read_uncommitted answers)
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -76,7 +80,18 @@ def encode_fetch_response(version: int, error_code: int, session_id: int,
             buf += _PART_V4.pack(p.partition, p.error_code, p.high_watermark, p.last_stable_offset)
             if version >= 5:
                 buf += struct.pack(">q", p.log_start_offset)
-            buf += b"\x00" if flexible else b"\xff\xff\xff\xff"  # aborted_transactions: null
+            aborted = p.aborted_transactions
+            if aborted is None:
+                buf += b"\x00" if flexible else b"\xff\xff\xff\xff"  # aborted_transactions: null
+            else:
+                if flexible:
+                    write_uvarint(buf, len(aborted) + 1)
+                else:
+                    buf += _I32.pack(len(aborted))
+                for producer_id, first_offset in aborted:
+                    buf += _ABORTED.pack(producer_id, first_offset)
+                    if flexible:
+                        buf += b"\x00"  # aborted transaction tagged fields
             if version >= 11:
                 buf += _I32.pack(p.preferred_read_replica)
             n = len(p.records)
