@@ -39,6 +39,7 @@ class Broker:
         self.cluster = parts.cluster
         self.replicas = parts.replicas
         self.groups = parts.groups
+        self.transactions = parts.transactions
         self.producer_ids = parts.producer_ids
         self.dynamic_configs = parts.dynamic_configs
         self.metrics = parts.metrics
@@ -64,6 +65,7 @@ class Broker:
         self.open_storage()
         await self.replicas.start()
         await self.groups.start()
+        await self.transactions.start()
         if self.telemetry is not None:
             self.telemetry.start()
         host, port = self.config.listener()
@@ -115,6 +117,7 @@ class Broker:
         if self.listener is not None:
             await self.listener.close()
         await self.membership.finish(self._final_telemetry)
+        await self.transactions.stop()
         await self.groups.stop()
         await self.replicas.stop()
         if self.telemetry is not None:

@@ -7,6 +7,8 @@ and every handler can be found by reading this list. A new API: a module here, a
 """
 
 from gregor.apis import (  # noqa: F401 - imported for their registrations
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     api_versions,
     consumer_groups,
@@ -15,6 +17,8 @@ from gregor.apis import (  # noqa: F401 - imported for their registrations
     describe_cluster,
     describe_configs,
     describe_topic_partitions,
+    describe_transactions,
+    end_txn,
     fetch,
     find_coordinator,
     groups_admin,
@@ -23,6 +27,7 @@ from gregor.apis import (  # noqa: F401 - imported for their registrations
     join_group,
     leave_group,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -33,6 +38,7 @@ from gregor.apis import (  # noqa: F401 - imported for their registrations
     sync_group,
     topics_admin,
     txn_offset_commit,
+    write_txn_markers,
 )
 from gregor.apis.handler import REGISTRY, Registration
 

@@ -3,7 +3,8 @@ coordinator of a group is the leader of its ``__consumer_offsets`` partition (cr
 lookup once offsets.topic.replication.factor brokers are alive, as Kafka does). Batched lookups
 from v4. A group without a coordinator gets COORDINATOR_NOT_AVAILABLE with a message saying why in
 plain words (coordinator/group/locator.py); a group whose shard is loading gets its coordinator
-and, in the message, the load's progress. Transactions are not offered."""
+and, in the message, the load's progress. A transactional id's coordinator (key type 1) is the
+leader of its ``__transaction_state`` partition (created on the first lookup)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,14 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
                              "error_code": ErrorCode.none, "error_message": None}
     if key_type == TRANSACTION:
-        entry.update(error_code=ErrorCode.transactional_id_authorization_failed,
-                     error_message="transactions are not supported by this broker")
+        node_id, code, reason = ctx.transactions.locate(key)
+        broker = ctx.cluster.broker(node_id) if not code else None
+        entry.update(error_code=code, error_message=reason)
+        if broker is not None:
+            entry.update(node_id=broker.node_id, host=broker.host, port=broker.port)
+        elif not code:
+            entry.update(error_code=ErrorCode.coordinator_not_available,
+                         error_message=f"broker {node_id} (the transaction coordinator) is not alive")
     elif key_type != GROUP:
         entry.update(error_code=ErrorCode.invalid_request, error_message=f"unknown key type {key_type}")
     elif not key and ctx.version < 4:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
+    from gregor.coordinator.transaction.service import TransactionCoordinatorService
     from gregor.log.log_manager import LogManager
     from gregor.metrics.registry import BrokerMetrics
     from gregor.protocol.codec import RequestHeader
@@ -69,6 +70,10 @@ class RequestContext:
     @property
     def groups(self) -> GroupCoordinatorService:
         return self.services.groups
+
+    @property
+    def transactions(self) -> TransactionCoordinatorService:
+        return self.services.transactions
 
     @property
     def producer_ids(self) -> ProducerIdManager:

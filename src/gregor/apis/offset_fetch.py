@@ -1,8 +1,9 @@
 """OffsetFetch (9): one group (v1-v7) or many (v8+); all partitions when topics is null (v2+).
 Partitions without a commit answer offset -1, as Kafka does. v9 names the member asking, which a
 consumer-protocol group checks (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH). ``require_stable`` (v7+,
-what consumers send) waits for the writes before it to be committed; without it the offsets are
-read at the committed offset at once (coordinator/group/service.py)."""
+what consumers send) waits for the writes before it to be committed, and answers
+UNSTABLE_OFFSET_COMMIT for a partition a transaction holds offsets of until its marker; without
+it the offsets are read at the committed offset at once (coordinator/group/service.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ async def fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_s
         if wanted is None:
             return e.code, []
         return e.code, _by_topic([(tp, None, e.code) for tp in wanted])
-    return ErrorCode.none, _by_topic([(tp, v, ErrorCode.none) for tp, v in rows])
+    return ErrorCode.none, _by_topic([(tp, None, v) if isinstance(v, ErrorCode) else (tp, v, ErrorCode.none)
+                                      for tp, v in rows])
 
 
 def _by_topic(rows: list[tuple[tuple[str, int], Any, ErrorCode]]) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
+    from gregor.coordinator.transaction.service import TransactionCoordinatorService
     from gregor.log.log_manager import LogManager
     from gregor.metrics.registry import BrokerMetrics
     from gregor.replication.replica_manager import ReplicaManager
@@ -54,3 +55,4 @@ class Services:
     metrics: BrokerMetrics | None  # None when metrics are off
     replicas: ReplicaManager  # the partitions hosted here: leadership, appends, acks=all (the replication seam)
     controller: ControllerService  # ControlledShutdown (NoController on one node)
+    transactions: TransactionCoordinatorService  # the transaction coordinator and its markers

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
+    from gregor.coordinator.transaction.service import TransactionCoordinatorService
     from gregor.log.log_manager import LogManager
     from gregor.log.topic_registry import TopicRegistry
     from gregor.metrics.registry import BrokerMetrics
@@ -58,6 +59,7 @@ class BrokerParts:
     telemetry: TelemetryWriter | None
     services: Services
     membership: Membership
+    transactions: TransactionCoordinatorService
 
 
 def build_parts(config: BrokerConfig, connections: Callable[[], int],

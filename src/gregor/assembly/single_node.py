@@ -18,6 +18,8 @@ from gregor.cluster.producer_ids import ProducerIdManager
 from gregor.cluster.topic_admin import TopicAdmin
 from gregor.config import BrokerConfig
 from gregor.coordinator.group.service import GroupCoordinatorService
+from gregor.coordinator.transaction.markers import LocalMarkers
+from gregor.coordinator.transaction.service import TransactionCoordinatorService
 from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import TopicRegistry
 from gregor.metrics.registry import BrokerMetrics
@@ -56,13 +58,13 @@ def build_single_node(config: BrokerConfig, connections: Callable[[], int]) -> B
     topics.on_deleted.append(replicas.topic_deleted)
     return _common(config, registry, logs, cluster, topics, replicas, ProducerIdManager(config.data_dir),
                    SingleNodeMembership(config), connections, create_internal_topics_at_start=True,
-                   offsets_replication_factor=1, controller=NoController())
+                   offsets_replication_factor=1, controller=NoController(), transaction_replication_factor=1)
 
 
 def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, cluster: ClusterMetadata,
             topics: TopicAdmin, replicas: Any, producer_ids: ProducerIdManager, membership: Any,
             connections: Callable[[], int], create_internal_topics_at_start: bool, offsets_replication_factor: int,
-            controller: Any) -> BrokerParts:
+            controller: Any, transaction_replication_factor: int) -> BrokerParts:
     """The parts both builders make the same way, over the parts that differ."""
     node_id: int = config["node.id"]
     dynamic_configs = DynamicConfigs(config, node_id, logs, registry)
@@ -71,6 +73,9 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
                                      create_topic_at_start=create_internal_topics_at_start,
                                      offsets_replication_factor=offsets_replication_factor)
     topics.on_deleted.append(groups.on_topic_deleted)
+    transactions = TransactionCoordinatorService(config, registry, logs, topics.create_topic, cluster, replicas,
+                                                 producer_ids, LocalMarkers(replicas, groups),
+                                                 replication_factor=transaction_replication_factor)
     # metrics off (no endpoint and no telemetry): nothing is counted on the hot paths
     metrics_on = bool(config["metrics.listener"]) or config["telemetry.interval.ms"] > 0
     metrics = BrokerMetrics(groups.views, logs, connections) if metrics_on else None
@@ -84,6 +89,6 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
     services = Services(config=config, cluster=cluster, logs=logs, topics=topics, groups=groups,
                         producer_ids=producer_ids, dynamic_configs=dynamic_configs,
                         credentials=ScramCredentials(config.data_dir), metrics=metrics, replicas=replicas,
-                        controller=controller)
+                        controller=controller, transactions=transactions)
     return BrokerParts(config, registry, logs, cluster, topics, replicas, producer_ids, dynamic_configs, groups,
-                       metrics, telemetry, services, membership)
+                       metrics, telemetry, services, membership, transactions)

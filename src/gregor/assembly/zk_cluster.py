@@ -189,7 +189,8 @@ def build_zk_cluster(config: BrokerConfig, connections: Callable[[], int],
     controller = Controller(zk, node_id, config)
     parts = _common(config, registry, logs, metadata, topics, replicas, ZkProducerIdManager(zk, node_id),
                     None, connections, create_internal_topics_at_start=False,
-                    offsets_replication_factor=config["offsets.topic.replication.factor"], controller=controller)
+                    offsets_replication_factor=config["offsets.topic.replication.factor"], controller=controller,
+                    transaction_replication_factor=config["transaction.state.log.replication.factor"])
     # a cluster's group configs are ZooKeeper's, mirrored by every broker
     group_configs = ZkGroupConfigs(zk, parts.dynamic_configs, parts.groups)
     parts.membership = ZkMembership(config, zk, metadata, topics, replicas, controller, group_configs, config.data_dir)

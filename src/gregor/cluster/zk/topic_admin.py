@@ -32,10 +32,11 @@ from gregor.log.topic_registry import Topic, TopicRegistry, validate_topic_name
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.telemetry_records import TELEMETRY_TOPIC
+from gregor.protocol.transaction_log import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
-INTERNAL_TOPICS = {OFFSETS_TOPIC, "__transaction_state"}
+INTERNAL_TOPICS = {OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC}
 
 
 class ZkTopicAdmin(TopicAdmin):
@@ -168,6 +169,8 @@ class ZkTopicAdmin(TopicAdmin):
         if name in self._pending:
             raise KafkaError(ErrorCode.leader_not_available, f"topic '{name}' is being created")
         rf = self.config["offsets.topic.replication.factor"] if name == OFFSETS_TOPIC else -1
+        if name == TRANSACTION_STATE_TOPIC:
+            rf = self.config["transaction.state.log.replication.factor"]
         if name == TELEMETRY_TOPIC:  # replicated like the offsets topic, as far as the brokers allow
             rf = max(1, min(self.config["offsets.topic.replication.factor"], len(self.metadata.brokers())))
         assignment, strs = self._plan(name, partitions, rf, None, configs)

@@ -449,6 +449,38 @@ class GroupCoordinatorService:
         errors: CommitResult = await self._write(req.group_id, lambda shard: shard.commit_offsets(req), timeout=True)
         return errors
 
+    async def txn_commit_offsets(self, req: CommitRequest, producer_id: int, producer_epoch: int) -> CommitResult:
+        """TxnOffsetCommit: the offsets are written in the producer's transaction (one error per
+        partition) and become the group's when the transaction's COMMIT marker arrives."""
+        errors: CommitResult = await self._write(
+            req.group_id, lambda shard: shard.txn_commit_offsets(req, producer_id, producer_epoch), timeout=True)
+        return errors
+
+    async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,
+                                   coordinator_epoch: int, commit: bool) -> None:
+        """WriteTxnMarkers to a ``__consumer_offsets`` partition: the marker is written by the
+        partition's shard, which commits or drops the producer's pending offsets; answered once
+        it is committed. Raises KafkaError NOT_LEADER_OR_FOLLOWER while the shard is not here or
+        not loaded (the transaction coordinator retries)."""
+        runtime = self.runtimes.get(partition)
+        if runtime is None or not self.replicas.leads(OFFSETS_TOPIC, partition):
+            raise KafkaError(ErrorCode.not_leader_or_follower, self._not_here(partition))
+        try:
+            answer = runtime.complete_transaction(producer_id, producer_epoch, coordinator_epoch, commit)
+        except KafkaError as e:
+            if e.code in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+                          ErrorCode.coordinator_not_available):
+                raise KafkaError(ErrorCode.not_leader_or_follower, e.message) from None
+            raise
+        limit_ms = self.broker_config["offsets.commit.timeout.ms"]
+        try:
+            await asyncio.wait_for(resolve(answer), limit_ms / 1000)
+        except TimeoutError:
+            raise KafkaError(ErrorCode.request_timed_out, f"{runtime.name}: the marker was not replicated within "
+                             f"offsets.commit.timeout.ms={limit_ms}") from None
+        except KafkaError as e:
+            raise KafkaError(ErrorCode.not_leader_or_follower, e.message) from None
+
     async def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None,
                             member_id: str | None = None, member_epoch: int = -1,
                             require_stable: bool = False) -> OffsetFetchResult:

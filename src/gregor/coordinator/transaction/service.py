@@ -1,0 +1,302 @@
+"""The transaction coordinator service: one shard per ``__transaction_state`` partition led here,
+on the generic runtime (as the group coordinator's shards over ``__consumer_offsets``), the
+routing of a transactional id to its shard, and the markers (markers.py).
+
+- **The topic** is created on the first lookup (FindCoordinator for a transaction, or an
+  InitProducerId with a transactional id), as Kafka does, with
+  transaction.state.log.num.partitions partitions, compacted, min.insync.replicas
+  transaction.state.log.min.isr (at most the replicas it gets).
+- **Leadership**: the replication seam says when a partition's leadership is gained (load the
+  shard, with the partition's leader epoch as the coordinator epoch written in every marker) or
+  lost (unload; the marker sends of its transactions stop, and the next coordinator hands them
+  over again when it loads).
+- **Writes** are answered once the in-sync replicas have the record (the runtime's committed
+  offset is the high watermark), as Kafka appends transaction state with acks=all; a write not
+  replicated within ``transaction.state.log`` 's request timeout answers COORDINATOR_NOT_AVAILABLE.
+- **Producer ids** for new transactional ids come from the broker's producer id manager (one
+  node: a local block; a cluster: blocks in ZooKeeper), asked for before the operation runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from gregor.cluster.metadata import ClusterMetadata
+from gregor.coordinator.runtime.partition_writer import HighWatermarkListener, PartitionWriter
+from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
+from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
+from gregor.coordinator.runtime.timer import Timer
+from gregor.coordinator.transaction.api import (
+    AddPartitionsResult,
+    EndTxnResult,
+    InitProducerIdResult,
+    ListTransactionsResult,
+    TopicPartition,
+    TransactionConfig,
+    TransactionDescription,
+    TxnMarkers,
+)
+from gregor.coordinator.transaction.markers import LocalMarkers, MarkerChannel
+from gregor.coordinator.transaction.shard import RECORD_SERDE, TransactionCoordinatorShard
+from gregor.log.log_manager import LogManager
+from gregor.log.partition_log import now_ms
+from gregor.log.topic_registry import TopicRegistry
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
+
+log = logging.getLogger("gregor.coordinator.transaction")
+
+RELOAD_BACKOFF_S = 5.0
+WRITE_TIMEOUT_S = 30.0
+
+
+class TransactionReplicas(PartitionWriter, Protocol):
+    on_leadership: list[Callable[[str, int, int, bool], None]]
+    on_high_watermark: list[HighWatermarkListener]
+
+    def leads(self, topic: str, partition: int) -> bool: ...
+
+    def check_min_isr(self, topic: str, partition: int) -> None: ...
+
+
+class ProducerIds(Protocol):
+    async def allocate(self) -> int: ...
+
+
+class TransactionCoordinatorService:
+    def __init__(self, config: Any, topics: TopicRegistry, logs: LogManager, create_topic: Callable[..., Any],
+                 cluster: ClusterMetadata, replicas: TransactionReplicas, producer_ids: ProducerIds,
+                 local_markers: LocalMarkers, replication_factor: int) -> None:
+        self.broker_config = config
+        self.topics = topics
+        self.logs = logs
+        self.create_topic = create_topic
+        self.cluster = cluster
+        self.replicas = replicas
+        self.producer_ids = producer_ids
+        self.replication_factor = replication_factor
+        self.config = TransactionConfig.from_mapping({key: config[key] for key in TransactionConfig.KEYS})
+        self.runtimes: dict[int, ShardRuntime[TransactionCoordinatorShard]] = {}
+        self.epochs: dict[int, int] = {}  # coordinator epoch (leader epoch) of each loaded partition
+        self.local_markers = local_markers
+        self.markers = MarkerChannel(cluster, topics, local_markers, self._markers_written)
+        self._watchdog: asyncio.Task[None] | None = None
+        replicas.on_leadership.append(self.on_leadership)
+        replicas.on_high_watermark.append(self.on_high_watermark)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._watchdog = asyncio.get_running_loop().create_task(self._reload_failed())
+
+    async def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+        await self.markers.stop()
+        for p in list(self.runtimes):
+            self.unload(p)
+
+    async def _reload_failed(self) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_BACKOFF_S)
+            for rt in list(self.runtimes.values()):
+                if rt.state is ShardState.FAILED:
+                    rt.reload()
+
+    def num_partitions(self) -> int:
+        topic = self.topics.get(TRANSACTION_STATE_TOPIC)
+        return topic.partitions if topic is not None else 0
+
+    def ensure_topic(self) -> None:
+        """Create ``__transaction_state`` (Kafka creates it on the first lookup)."""
+        if self.topics.get(TRANSACTION_STATE_TOPIC) is not None:
+            return
+        min_isr = max(1, min(self.broker_config["transaction.state.log.min.isr"], self.replication_factor))
+        self.create_topic(TRANSACTION_STATE_TOPIC, self.broker_config["transaction.state.log.num.partitions"], {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(self.broker_config["transaction.state.log.segment.bytes"]),
+            "min.insync.replicas": str(min_isr),
+            "unclean.leader.election.enable": "false",
+        }, internal=True)
+
+    # -- leadership ------------------------------------------------------------------------------
+    def on_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool) -> None:
+        if topic != TRANSACTION_STATE_TOPIC:
+            return
+        if not is_leader:
+            self.unload(partition)
+            return
+        runtime = self.runtimes.get(partition)
+        if runtime is not None and runtime.state is not ShardState.CLOSED:
+            return
+        self.load(partition, leader_epoch)
+
+    def on_high_watermark(self, topic: str, partition: int, offset: int) -> None:
+        if topic == TRANSACTION_STATE_TOPIC:
+            runtime = self.runtimes.get(partition)
+            if runtime is not None:
+                runtime.on_high_watermark(offset)
+
+    def load(self, partition: int, coordinator_epoch: int) -> ShardRuntime[TransactionCoordinatorShard]:
+        plog = self.logs.get(TRANSACTION_STATE_TOPIC, partition)
+        assert plog is not None
+        self.epochs[partition] = coordinator_epoch
+        runtime = ShardRuntime(partition, plog, self._make_shard, RECORD_SERDE, self.replicas,
+                               label="transaction metadata", required_acks=-1)
+        self.runtimes[partition] = runtime
+        runtime.start_loading()
+        return runtime
+
+    def unload(self, partition: int) -> None:
+        runtime = self.runtimes.pop(partition, None)
+        self.markers.cancel_partition(partition)
+        if runtime is not None:
+            runtime.unload()
+
+    def _make_shard(self, partition: int, timer: Timer) -> TransactionCoordinatorShard:
+        def send(markers: TxnMarkers, partition: int = partition) -> None:
+            self.markers.send(markers, partition)
+
+        return TransactionCoordinatorShard(partition, self.config, now_ms, timer,
+                                           coordinator_epoch=self.epochs.get(partition, 0), send_markers=send)
+
+    async def wait_loaded(self) -> None:
+        for rt in list(self.runtimes.values()):
+            await rt.wait_loaded()
+
+    # -- routing -----------------------------------------------------------------------------------
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions())
+
+    def locate(self, transactional_id: str) -> tuple[int, ErrorCode, str | None]:
+        """FindCoordinator for a transactional id: (node id, error, reason)."""
+        if not transactional_id:
+            return -1, ErrorCode.invalid_request, "empty transactional id"
+        if self.num_partitions() <= 0:
+            live = len(self.cluster.brokers())
+            if live < self.replication_factor:
+                return -1, ErrorCode.coordinator_not_available, (
+                    f"{TRANSACTION_STATE_TOPIC} needs transaction.state.log.replication.factor="
+                    f"{self.replication_factor} live brokers; {live} are alive")
+            try:
+                self.ensure_topic()
+            except KafkaError as e:
+                if e.code not in (ErrorCode.leader_not_available, ErrorCode.topic_already_exists):
+                    return -1, ErrorCode.coordinator_not_available, e.message
+            if self.num_partitions() <= 0:
+                return -1, ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC} is being created"
+        partition = self.partition_for(transactional_id)
+        leader = self.cluster.partition(TRANSACTION_STATE_TOPIC, partition).leader
+        if leader < 0:
+            return -1, ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC}-{partition} has no leader"
+        if leader == self.cluster.node_id:
+            runtime = self.runtimes.get(partition)
+            if runtime is not None and runtime.state is ShardState.FAILED:
+                return -1, ErrorCode.coordinator_not_available, (
+                    f"{runtime.name} failed to load here: {runtime.load_error}")
+        return leader, ErrorCode.none, None
+
+    def _runtime_for(self, transactional_id: str) -> ShardRuntime[TransactionCoordinatorShard]:
+        if self.num_partitions() <= 0:
+            raise KafkaError(ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC} does not exist yet")
+        partition = self.partition_for(transactional_id)
+        runtime = self.runtimes.get(partition)
+        if runtime is None or not self.replicas.leads(TRANSACTION_STATE_TOPIC, partition):
+            raise KafkaError(ErrorCode.not_coordinator,
+                             f"{TRANSACTION_STATE_TOPIC}-{partition} is not coordinated by broker "
+                             f"{self.cluster.node_id}")
+        return runtime
+
+    async def _write(self, transactional_id: str,
+                     op: Callable[[TransactionCoordinatorShard], CoordinatorResult[Any]]) -> Any:
+        """Run an operation on the id's shard; its answer once its record is replicated. KafkaError
+        NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE when it cannot."""
+        runtime = self._runtime_for(transactional_id)
+        try:
+            self.replicas.check_min_isr(TRANSACTION_STATE_TOPIC, runtime.partition)
+        except KafkaError as e:
+            if e.code == ErrorCode.not_enough_replicas:
+                raise KafkaError(ErrorCode.coordinator_not_available, e.message) from None
+        response = runtime.execute(op)
+        if not isinstance(response, Deferred):
+            return response
+        try:
+            return await asyncio.wait_for(resolve(response), WRITE_TIMEOUT_S)
+        except TimeoutError:
+            raise KafkaError(ErrorCode.coordinator_not_available,
+                             f"{runtime.name}: the write was not replicated within {WRITE_TIMEOUT_S:.0f} s") from None
+        except KafkaError as e:
+            if e.code == ErrorCode.not_coordinator:
+                raise
+            raise KafkaError(ErrorCode.coordinator_not_available, e.message) from None
+
+    def _read(self, transactional_id: str, fn: Callable[[TransactionCoordinatorShard], Any]) -> Any:
+        return self._runtime_for(transactional_id).read(fn)
+
+    # -- the APIs ------------------------------------------------------------------------------------
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_producer_id: int,
+                               expected_epoch: int) -> InitProducerIdResult:
+        new_id = -1
+        if self._read(transactional_id, lambda s: s.needs_new_producer_id(transactional_id)):
+            new_id = await self.producer_ids.allocate()
+        result: InitProducerIdResult = await self._write(transactional_id, lambda s: s.init_producer_id(
+            transactional_id, timeout_ms, expected_producer_id, expected_epoch, new_id))
+        return result
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[TopicPartition], verify_only: bool = False) -> AddPartitionsResult:
+        result: AddPartitionsResult = await self._write(transactional_id, lambda s: s.add_partitions(
+            transactional_id, producer_id, producer_epoch, partitions, verify_only))
+        return result
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_partition: int) -> ErrorCode:
+        code: ErrorCode = await self._write(transactional_id, lambda s: s.add_offsets(
+            transactional_id, producer_id, producer_epoch, group_partition))
+        return code
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                      tv2: bool = False) -> EndTxnResult:
+        new_id = -1
+        if tv2 and self._read(transactional_id, lambda s: s.needs_new_producer_id(transactional_id)):
+            new_id = await self.producer_ids.allocate()
+        result: EndTxnResult = await self._write(transactional_id, lambda s: s.end_txn(
+            transactional_id, producer_id, producer_epoch, commit, tv2, new_id))
+        return result
+
+    async def _markers_written(self, markers: TxnMarkers, dropped: frozenset[TopicPartition]) -> None:
+        try:
+            await self._write(markers.transactional_id, lambda s: s.complete_markers(
+                markers.transactional_id, markers.producer_id, markers.producer_epoch, dropped))
+        except KafkaError as e:
+            # the shard moved or failed: the next coordinator (or the reload) hands the markers over again
+            log.info("Completing %s's transaction after its markers: %s (%s)", markers.transactional_id,
+                     e.code.name, e.message)
+
+    def describe(self, transactional_id: str) -> TransactionDescription:
+        try:
+            description: TransactionDescription = self._read(
+                transactional_id, lambda s: s.describe_transaction(transactional_id))
+        except KafkaError as e:
+            return TransactionDescription(transactional_id, e.code)
+        return description
+
+    def list_transactions(self, states: list[str], producer_ids: list[int], duration_ms: int = -1,
+                          pattern: str | None = None) -> ListTransactionsResult:
+        out = ListTransactionsResult([])
+        unknown: list[str] = []
+        for rt in self.runtimes.values():
+            if rt.state is not ShardState.ACTIVE or rt.shard is None:
+                continue
+            part = rt.shard.list_transactions(states, producer_ids, duration_ms, pattern)
+            out.transactions.extend(part.transactions)
+            unknown = part.unknown_state_filters
+        return ListTransactionsResult(sorted(out.transactions, key=lambda t: t.transactional_id), unknown)
+
+    def loading(self) -> bool:
+        return any(rt.state is ShardState.LOADING for rt in self.runtimes.values())
