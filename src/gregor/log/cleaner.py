@@ -15,6 +15,13 @@ On a replicated log only segments wholly below the high watermark are cleaned (K
 past it), a rewritten batch keeps its partition leader epoch, and a rewrite is dropped if the log
 was truncated while it ran.
 
+Transactions, as Kafka's cleaner: only segments wholly below the last stable offset are cleaned
+(no transaction is ongoing there); the data batches of aborted transactions (from the transaction
+indexes) are dropped whole and never enter the key map, so an aborted value never shadows a
+committed one; a marker is kept while any batch of its transaction is left, and dropped with the
+tombstones (segment older than ``delete.retention.ms``) once none is. The transaction index of a
+cleaned segment is kept as it was (an entry whose data is gone filters nothing).
+
 The rewrite decodes records, so it runs in a worker thread, never on the produce or fetch path.
 """
 
@@ -27,6 +34,7 @@ from pathlib import Path
 
 from gregor.log.partition_log import PartitionLog
 from gregor.log.segment import Segment
+from gregor.log.transaction_index import AbortedTxn
 from gregor.protocol import record_batch as rb
 from gregor.protocol.records import Record, build_batch, decode_records, iter_batches
 
@@ -38,12 +46,34 @@ def dirty_ratio(plog: PartitionLog) -> float:
     return plog.dirty_since_clean / total if total else 0.0
 
 
-def build_offset_map(plog: PartitionLog, segments: list[Segment], horizon_ms: int) -> dict[bytes, int]:
+Aborted = dict[int, list[tuple[int, int]]]  # producer id -> (first offset, marker offset) of its aborts
+
+
+def aborted_ranges(plog: PartitionLog, end: int) -> Aborted:
+    """The aborted transactions that began below ``end``, by producer (their markers may be in
+    later segments)."""
+    out: Aborted = {}
+    for seg in plog.segments:
+        t: AbortedTxn
+        for t in seg.txn_index.entries:
+            if t.first_offset < end:
+                out.setdefault(t.producer_id, []).append((t.first_offset, t.last_offset))
+    return out
+
+
+def _is_aborted(h: rb.BatchHeader, aborted: Aborted) -> bool:
+    if not h.is_transactional or h.is_control or h.producer_id not in aborted:
+        return False
+    return any(first <= h.base_offset <= last for first, last in aborted[h.producer_id])
+
+
+def build_offset_map(plog: PartitionLog, segments: list[Segment], horizon_ms: int,
+                     aborted: Aborted | None = None) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for seg in segments:
         data = seg.pread(0, seg.size)
         for h in iter_batches(data):
-            if h.is_control or h.max_timestamp > horizon_ms:
+            if h.is_control or h.max_timestamp > horizon_ms or (aborted and _is_aborted(h, aborted)):
                 continue
             for r in decode_records(data, h):
                 if r.key is not None:
@@ -51,15 +81,30 @@ def build_offset_map(plog: PartitionLog, segments: list[Segment], horizon_ms: in
     return latest
 
 
-def clean_segment(seg: Segment, latest: dict[bytes, int], drop_tombstones: bool, horizon_ms: int) -> Path:
-    """Write the compacted copy of ``seg`` next to it; returns the ``.cleaned`` path."""
+def clean_segment(seg: Segment, latest: dict[bytes, int], drop_tombstones: bool, horizon_ms: int,
+                  aborted: Aborted | None = None, txn_data: dict[int, bool] | None = None) -> Path:
+    """Write the compacted copy of ``seg`` next to it; returns the ``.cleaned`` path.
+    ``aborted``: the aborted transactions (their data batches are dropped); ``txn_data``: per
+    producer, whether a batch of its current transaction was kept, carried from segment to
+    segment in offset order (a marker is dropped only when none was, and ``drop_tombstones``)."""
     data = seg.pread(0, seg.size)
     out = bytearray()
+    aborted = aborted or {}
+    txn_data = {} if txn_data is None else txn_data
     for h in iter_batches(data):
-        records = decode_records(data, h)
-        if h.is_control or h.max_timestamp > horizon_ms:
-            out += data[h.position : h.position + h.size]
+        if h.is_control:
+            kept_data = txn_data.pop(h.producer_id, False)
+            if kept_data or not drop_tombstones or h.max_timestamp > horizon_ms:
+                out += data[h.position : h.position + h.size]
             continue
+        if _is_aborted(h, aborted):
+            continue
+        if h.max_timestamp > horizon_ms:
+            out += data[h.position : h.position + h.size]
+            if h.is_transactional:
+                txn_data[h.producer_id] = True
+            continue
+        records = decode_records(data, h)
         kept: list[Record] = []
         for r in records:
             if r.key is None or latest.get(r.key, r.offset) != r.offset:
@@ -67,6 +112,8 @@ def clean_segment(seg: Segment, latest: dict[bytes, int], drop_tombstones: bool,
             if r.value is None and drop_tombstones:
                 continue
             kept.append(r)
+        if kept and h.is_transactional:
+            txn_data[h.producer_id] = True
         if len(kept) == len(records):
             out += data[h.position : h.position + h.size]
         elif kept:
@@ -92,19 +139,21 @@ def clean_segment(seg: Segment, latest: dict[bytes, int], drop_tombstones: bool,
 def compact(plog: PartitionLog) -> tuple[list[Segment], list[Path], int]:
     """Thread part of a cleaning: returns (segments cleaned, their .cleaned files, bytes before)."""
     sealed = plog.segments[:-1]
-    if plog.replicated:
-        hwm = plog.high_watermark
-        sealed = [s for i, s in enumerate(sealed) if plog.segments[i + 1].base_offset <= hwm]
+    # below the high watermark (a replicated log) and the last stable offset (no open transaction)
+    stable = plog.last_stable_offset
+    sealed = [s for i, s in enumerate(sealed) if plog.segments[i + 1].base_offset <= stable]
     if not sealed:
         return [], [], 0
     now = plog.clock()
     horizon = now - int(plog.config["min.compaction.lag.ms"])
-    latest = build_offset_map(plog, sealed, horizon)
+    aborted = aborted_ranges(plog, plog.segments[len(sealed)].base_offset)
+    latest = build_offset_map(plog, sealed, horizon, aborted)
     delete_retention = int(plog.config["delete.retention.ms"])
     files = []
+    txn_data: dict[int, bool] = {}
     for seg in sealed:
         drop = seg.max_timestamp >= 0 and now - seg.max_timestamp > delete_retention
-        files.append(clean_segment(seg, latest, drop, horizon))
+        files.append(clean_segment(seg, latest, drop, horizon, aborted, txn_data))
     return sealed, files, sum(s.size for s in sealed)
 
 
