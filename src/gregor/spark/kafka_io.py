@@ -1,6 +1,14 @@
 """Talking to the cluster with a real client (confluent-kafka): topic-partition discovery,
 offset resolution on the driver, range reads and writes in the executors. The client handles
-compressed batches, transaction markers and offset gaps of compacted topics."""
+compressed batches, transaction markers and offset gaps of compacted topics.
+
+Isolation: every consumer here reads with the client settings' ``isolation.level`` (the Spark
+options set it, read_uncommitted unless ``kafka.isolation.level`` says otherwise; callers that
+give none get librdkafka's read_committed). Under read_committed the high offset of
+``watermarks`` is the last stable offset (ListOffsets with the isolation level), the client drops
+aborted records, and its end-of-partition signal comes at the last stable offset; markers are
+never delivered. The offsets they leave out are gaps, never data loss: only an offset below the
+log start is (as in Spark's KafkaDataConsumer)."""
 
 from __future__ import annotations
 
@@ -55,6 +63,8 @@ def discover(opts: SourceOptions) -> list[TP]:
 
 
 def watermarks(client: dict[str, str], tps: list[TP]) -> dict[TP, tuple[int, int]]:
+    """(log start, latest) of each partition; latest is the high watermark, or the last stable
+    offset for a read_committed client."""
     from confluent_kafka import TopicPartition
 
     c = _consumer(client)
@@ -219,7 +229,9 @@ def _binary_column(values: list[bytes | None]) -> Any:
 
 def message_chunks(client: dict[str, str], topic: str, partition: int, start: int, end: int,
                     fail_on_data_loss: bool) -> Iterator[list[Any]]:
-    """Lists of messages with offsets in [start, end), as the client delivers them."""
+    """Lists of messages with offsets in [start, end), as the client delivers them. Offsets it
+    does not deliver (markers; aborted records under read_committed; compacted away) are skipped:
+    the range is done at the first message at or past ``end`` or at the end of the partition."""
     from confluent_kafka import KafkaError, Message, TopicPartition
 
     if start >= end:

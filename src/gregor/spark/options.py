@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 EARLIEST, LATEST = -2, -1
+# kafka.isolation.level: Spark's Kafka source leaves it to the Java client, whose default is
+# read_uncommitted (librdkafka's is read_committed, so the connector sets it itself)
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 class OptionError(ValueError):
@@ -31,6 +34,7 @@ class SourceOptions:
     min_partitions: int | None = None
     topic: str | None = None  # default topic for writes
     value_fields: tuple[tuple[str, str], ...] | None = None  # valueFormat=json: rows are the parsed values
+    isolation_level: str = "read_uncommitted"  # kafka.isolation.level (also in ``client``)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -103,6 +107,20 @@ def value_fields(options: Mapping[str, str]) -> tuple[tuple[str, str], ...] | No
     if len({n for n, _t in fields}) != len(fields):
         raise OptionError("option valueSchema: a column name appears twice")
     return tuple(fields)
+
+
+def _isolation_level(client: dict[str, str]) -> str:
+    """``kafka.isolation.level``, checked and written into the client settings: the driver lists
+    offsets with it (latest is the last stable offset under read_committed) and the executors'
+    consumers read with it. Unset it is read_uncommitted, as in Spark's Kafka source."""
+    level = client.get("isolation.level", ISOLATION_LEVELS[0]).strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise OptionError(f"option kafka.isolation.level: expected read_uncommitted or read_committed, "
+                          f"got {client['isolation.level']!r}")
+    client["isolation.level"] = level
+    return level
+
+
 _CANONICAL = {k.lower(): k for k in KNOWN}
 
 
@@ -161,6 +179,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool, writing: bool 
     if "failOnDataLoss" in opts:
         so.fail_on_data_loss = _bool("failOnDataLoss", opts["failOnDataLoss"])
     so.group_id = opts.get("groupId") or None
+    so.isolation_level = _isolation_level(client)
     so.value_fields = value_fields(opts)
     unknown = [k for k in opts if k not in KNOWN and not k.startswith("kafka.")]
     if unknown:
