@@ -20,10 +20,12 @@ from gregor.config import BrokerConfig
 from gregor.coordinator.group.service import GroupCoordinatorService
 from gregor.coordinator.transaction.markers import LocalMarkers
 from gregor.coordinator.transaction.service import TransactionCoordinatorService
+from gregor.coordinator.transaction.views import TransactionViews
 from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import TopicRegistry
 from gregor.metrics.registry import BrokerMetrics
 from gregor.metrics.telemetry import LeaderSink, TelemetryWriter
+from gregor.metrics.transactions import TransactionMetrics
 from gregor.replication.single_node import SingleNodeReplicas
 
 
@@ -78,7 +80,8 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
                                                  replication_factor=transaction_replication_factor)
     # metrics off (no endpoint and no telemetry): nothing is counted on the hot paths
     metrics_on = bool(config["metrics.listener"]) or config["telemetry.interval.ms"] > 0
-    metrics = BrokerMetrics(groups.views, logs, connections) if metrics_on else None
+    metrics = BrokerMetrics(groups.views, logs, connections, TransactionMetrics(
+        TransactionViews(transactions), logs, replicas.leads)) if metrics_on else None
     telemetry: TelemetryWriter | None = None
     if metrics is not None and config["telemetry.interval.ms"] > 0:
         # every broker writes what it served and the lag of what it leads, to each telemetry

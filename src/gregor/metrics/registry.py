@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from gregor.coordinator.group.api import CommittedOffset, GroupPhase, GroupSteering, GroupSummary
 from gregor.metrics.attribution import ConnectionTally, GroupAttribution, MembersView
 from gregor.metrics.time_lag import OffsetHistory
+from gregor.metrics.transactions import TransactionMetrics
 from gregor.protocol.api_keys import ApiKey
 
 FetchPosition = tuple[str, int, int]  # topic, partition, fetch offset
@@ -41,12 +42,15 @@ class LogsView(Protocol):
 
 
 class BrokerMetrics(Collector):
-    """``connections()`` counts the open client connections."""
+    """``connections()`` counts the open client connections; ``transactions``: the transaction
+    coordinator's and the last stable offsets' series (metrics/transactions.py)."""
 
-    def __init__(self, groups: GroupsView, logs: LogsView, connections: Callable[[], int]) -> None:
+    def __init__(self, groups: GroupsView, logs: LogsView, connections: Callable[[], int],
+                 transactions: TransactionMetrics | None = None) -> None:
         self.groups = groups
         self.logs = logs
         self.connections = connections
+        self.transactions = transactions
         self.attribution = GroupAttribution(groups)
         self.requests: dict[int, list[float]] = {}  # api key -> [count, seconds]
         self.history = OffsetHistory()
@@ -199,3 +203,5 @@ class BrokerMetrics(Collector):
         for p, seconds in self.groups.load_seconds().items():
             loads.add_metric([str(p)], seconds)
         yield loads
+        if self.transactions is not None:
+            yield from self.transactions.collect()

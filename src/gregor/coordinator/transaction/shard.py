@@ -112,6 +112,13 @@ class TransactionCoordinatorShard:
         # last_producer_epoch is not in the record (as in Kafka): an operation leaves it here for
         # the replay of its own record, keyed by what the record holds
         self._last_epochs: dict[tuple[str, TxnState, int, int], int] = {}
+        # metrics (views.py): transactions completed (a Complete* record replayed over its Prepare*)
+        # since the shard loaded, and of the aborts those the coordinator made past their timeout
+        self.commits_completed = 0
+        self.aborts_completed = 0
+        self.timed_out_aborts_completed = 0
+        self._counting = False  # set once loaded: replaying the log is not completing
+        self._timing_out: set[tuple[str, int, int]] = set()  # (id, producer id, epoch) of their PrepareAbort
 
     # -- the runtime's protocol ---------------------------------------------------------------
     @property
@@ -131,9 +138,20 @@ class TransactionCoordinatorShard:
         last = self._last_epochs.pop((tid, m.state, m.producer_id, m.producer_epoch), None)
         if last is not None:
             m = replace(m, last_producer_epoch=last)
+        prev = self.transactions.get(tid)
         self.transactions[tid] = m
+        if self._counting and prev is not None and prev.state in PREPARE_STATES:
+            if m.state is TxnState.COMPLETE_COMMIT:
+                self.commits_completed += 1
+            elif m.state is TxnState.COMPLETE_ABORT:
+                self.aborts_completed += 1
+                key = (tid, prev.producer_id, prev.producer_epoch)
+                if key in self._timing_out:
+                    self._timing_out.discard(key)
+                    self.timed_out_aborts_completed += 1
 
     def on_loaded(self) -> None:
+        self._counting = True
         self.timer.schedule(ABORT_TIMER, self.config.abort_timed_out_transactions_interval_ms,
                             self.abort_timed_out_transactions)
         self.timer.schedule(EXPIRE_TIMER, self.config.remove_expired_transactional_ids_interval_ms,
@@ -147,6 +165,7 @@ class TransactionCoordinatorShard:
 
     def on_unloaded(self) -> None:
         self._outbox.clear()
+        self._timing_out.clear()
         self._last_epochs.clear()
 
     def take_completions(self) -> Sequence[Completion]:
@@ -423,7 +442,9 @@ class TransactionCoordinatorShard:
             if m.state is TxnState.ONGOING and m.start_ms + m.timeout_ms < now:
                 log.info("Aborting %s's transaction (producer id %d, epoch %d): open for %d ms, its timeout is %d ms",
                          tid, m.producer_id, m.producer_epoch, now - m.start_ms, m.timeout_ms)
-                records += self._prepare_records(m.fence(now), now)
+                fenced = m.fence(now)
+                self._timing_out.add((tid, fenced.producer_id, fenced.producer_epoch))
+                records += self._prepare_records(fenced, now)
                 aborted.append(tid)
         return CoordinatorResult(records, aborted)
 
