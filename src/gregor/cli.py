@@ -3,8 +3,9 @@
 - ``gregor serve [server.properties] [--override key=value ...]``: the broker. Exit codes: 0 after
   a clean stop (SIGTERM/SIGINT), 2 for bad arguments or configuration (the message names the key),
   1 for a failure while running.
-- ``gregor groups ...`` and ``gregor topics ...``: operator tools over the Kafka protocol (they
-  work against any Kafka-compatible cluster). Exit code 1 with a message on failure.
+- ``gregor groups ...``, ``gregor topics ...`` and ``gregor transactions ...``: operator tools over
+  the Kafka protocol (they work against any Kafka-compatible cluster). Exit code 1 with a message
+  on failure.
 - ``gregor lag-report ...``: the Spark job over the telemetry history (see docs/lag-report.md).
 """
 
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from gregor import __version__
-from gregor.admin import groups_cli, topics_cli
+from gregor.admin import groups_cli, topics_cli, transactions_cli
 from gregor.admin.client import AdminError
 from gregor.config import ConfigError
 from gregor.lagreport import cli as lag_cli
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="event loop implementation (default: uvloop when installed)")
     groups_cli.add_parser(sub)
     topics_cli.add_parser(sub)
+    transactions_cli.add_parser(sub)
     lag_cli.add_parser(sub)
     return parser
 
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.command == "lag-report":
         return lag_cli.run(args)
-    tool = {"groups": groups_cli, "topics": topics_cli}[args.command]
+    tool = {"groups": groups_cli, "topics": topics_cli, "transactions": transactions_cli}[args.command]
     try:
         return tool.run(args)
     except AdminError as e:

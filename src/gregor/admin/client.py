@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gregor.admin.wire_client import WireClient
+from gregor.protocol import codec
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 
@@ -16,6 +17,8 @@ PREFERRED = {
     ApiKey.METADATA: 12, ApiKey.FIND_COORDINATOR: 3, ApiKey.DESCRIBE_GROUPS: 5, ApiKey.LIST_GROUPS: 5,
     ApiKey.OFFSET_FETCH: 7, ApiKey.OFFSET_COMMIT: 8, ApiKey.LIST_OFFSETS: 7, ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: 0, ApiKey.CREATE_TOPICS: 7, ApiKey.DELETE_TOPICS: 5, ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.DESCRIBE_PRODUCERS: 0, ApiKey.DESCRIBE_TRANSACTIONS: 0, ApiKey.LIST_TRANSACTIONS: 2,
+    ApiKey.WRITE_TXN_MARKERS: 1,
 }
 
 
@@ -51,6 +54,20 @@ class Connection:
 
     def call(self, api_key: int, body: dict[str, Any]) -> Any:
         return self._call(api_key, self.version_for(api_key), body)
+
+    def call_undecoded(self, api_key: int, body: dict[str, Any]) -> tuple[int, bytes]:
+        """(version, response body bytes after the header): for the answers kio cannot decode
+        (DescribeTransactions' start time -1 of a transaction not ongoing)."""
+        version = self.version_for(api_key)
+        try:
+            self.wire.send_raw(self.wire.request_bytes(api_key, version, body))
+            frame = self.wire.recv_frame()
+        except OSError as e:
+            raise AdminError(f"{ApiKey(api_key).name}: connection failed: {e}") from None
+        if int.from_bytes(frame[:4], "big", signed=True) != self.wire.corr:
+            raise AdminError(f"{ApiKey(api_key).name}: an answer to another request")
+        flexible = api_key != ApiKey.API_VERSIONS and codec.response_schema(api_key, version).__flexible__
+        return version, frame[5 if flexible else 4:]
 
     def _call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         try:
@@ -129,10 +146,12 @@ class AdminClient:
     def nodes(self) -> dict[int, Node]:
         return {b.node_id: Node(b.node_id, b.host, b.port) for b in self.metadata([]).brokers}
 
-    def find_coordinator(self, group: str) -> tuple[Node | None, ErrorCode, str | None]:
+    def find_coordinator(self, group: str, key_type: int = 0) -> tuple[Node | None, ErrorCode, str | None]:
         """(coordinator, error, message): the message says why there is none, or (Gregor) how far
-        the coordinator's load of the group's partition has got."""
-        r = self.bootstrap_call(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": 0, "coordinator_keys": [group]})
+        the coordinator's load of the group's partition has got. ``key_type`` 1: the transaction
+        coordinator of the transactional id ``group``."""
+        r = self.bootstrap_call(ApiKey.FIND_COORDINATOR, {"key": group, "key_type": key_type,
+                                                          "coordinator_keys": [group]})
         if hasattr(r, "coordinators"):
             r = r.coordinators[0]
         code = ErrorCode(r.error_code)

@@ -16,6 +16,7 @@ from gregor.apis import (  # noqa: F401 - imported for their registrations
     delete_records,
     describe_cluster,
     describe_configs,
+    describe_producers,
     describe_topic_partitions,
     describe_transactions,
     end_txn,
