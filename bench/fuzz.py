@@ -19,7 +19,9 @@ joins the corpus when it reaches something no earlier input reached:
 
 Seeds: a valid request for every served (API key, version) in three shapes (defaults, rich: two
 elements per array, every nullable set; lean: one element, nullables null), encoded with kio's
-entity_writer; record batches of every codec; and real-client requests recorded by a tiny TCP proxy
+entity_writer; transactional requests with coherent ids in every served version (``txn_request_seeds``);
+record batches of every codec, transactional batches and markers; ``__transaction_state`` keys and
+values of every version and state; and real-client requests recorded by a tiny TCP proxy
 from confluent-kafka, kafka-python and aiokafka (``bench/fuzz-seeds/*.frames``: size-prefixed
 frames as sent on the wire, re-recorded when missing).
 
@@ -41,6 +43,11 @@ A failure is
 - ``records.decode_records`` and ``records.iter_key_values`` disagreeing on a batch both accept, or
   ``key_check.keyless_records`` (the produce path's key check for compacted topics, bounded to 1 MiB
   inflated here) naming other keyless records than ``decode_records``;
+- ``control_records.read_marker`` raising anything but InvalidBatch on a control batch, or
+  disagreeing with ``parse_marker_record`` over ``decode_records``;
+- ``__transaction_state`` records (target ``txnlog``: a key or a value, mutated): ``decode_key`` /
+  ``decode_value`` raising anything but ``RecordFormatError``, or a decoded value that decodes to
+  another value once encoded again;
 - the decoding process dying (kio's native code can abort the process): decoding runs in a forked
   worker that writes each input to shared memory before decoding it; when the worker dies, the input,
   the signal and the worker's last stderr line are recorded and a new worker goes on;
@@ -56,7 +63,14 @@ frame followed by a well-formed ApiVersions on the same connection. Meanwhile a 
 producer and consumer round-trip records (each produced record must come back, in order, intact) and
 a probe connection asks for ApiVersions and Metadata every second. Failures: the broker exits; the
 round trip fails or makes no progress for 30 s; the probe gets no answer for 30 s; a traceback or
-"unexpected error" in the broker's log. Printed: frames sent, distinct failures, the broker's peak RSS
+"unexpected error" in the broker's log. Transactions: a fifth of the frames start from a
+transactional request (InitProducerId with a transactional id, AddPartitionsToTxn incl. v4's
+verify_only, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit, DescribeTransactions,
+ListTransactions, DescribeProducers, Produce with transactional batches, valid and mangled, Fetch
+read_committed) carrying a producer id and epoch the broker really gave, on a topic of their own;
+and a confluent-kafka transactional producer (every third transaction aborted) with a
+read_committed consumer runs the whole time: it must read exactly the committed records, in order.
+Printed: frames sent, distinct failures, the broker's peak RSS
 (VmHWM), frames/s. At the end (after the peak RSS of the fuzzing is taken; --no-bomb skips it) one
 ~13 KB Produce to a compacted topic carries a zstd batch that inflates to 400 MB: a failure when
 the broker's peak RSS grows by more than 128 MiB.
@@ -104,7 +118,7 @@ import cramjam
 from kio.serial import entity_writer
 
 from gregor.apis import REGISTRY
-from gregor.protocol import codec, compression, records
+from gregor.protocol import codec, compression, control_records, records, transaction_log
 from gregor.protocol import record_batch as rb
 from gregor.protocol.encoder import encode
 from gregor.protocol.errors import ErrorCode
@@ -133,7 +147,10 @@ with contextlib.suppress(ImportError):
     key_check = importlib.import_module("gregor.protocol.key_check")
     EXPECTED += (key_check.InflatedTooLarge,)
 
-TARGETS = ("request", "stream", "batch")
+TARGETS = ("request", "stream", "batch", "txnlog")
+# the transactional APIs (KIP-98, KIP-447, KIP-664, KIP-890): their seeds carry coherent ids (the
+# live fuzzer's: a real producer id and epoch, an existing topic and group)
+TXN_APIS = (22, 24, 25, 26, 27, 28, 61, 65, 66)
 _NONE = type(None)
 _UNION = (typing.Union, types.UnionType)
 
@@ -341,6 +358,18 @@ def run_batch(data: bytes, feats: set[Any]) -> None:
             kv = None
         if recs is not None and kv is not None and [(r.key, r.value) for r in recs] != kv:
             raise OracleMismatch("decode_records and iter_key_values disagree on a batch both accept")
+        if h.is_control:
+            # a marker as the log reads it back (crash rebuild, a follower's copy, the coordinator
+            # loader): a marker, None, or InvalidBatch
+            try:
+                marker = control_records.read_marker(data, h)
+                feats.add(("marker", None if marker is None else marker.commit))
+            except EXPECTED as e:
+                feats.add(("marker", type(e).__name__, _DIGITS.sub("N", str(e))[:60]))
+                marker = None
+            if marker is not None and recs and control_records.parse_marker_record(recs[0].key,
+                                                                                   recs[0].value) != marker:
+                raise OracleMismatch("read_marker and parse_marker_record over decode_records disagree")
         if key_check is not None:
             try:
                 keyless: list[int] | None = key_check.keyless_records(data, h, 1 << 20)
@@ -350,6 +379,36 @@ def run_batch(data: bytes, feats: set[Any]) -> None:
             if recs is not None and keyless is not None and keyless != [
                     i for i, r in enumerate(recs) if r.key is None]:
                 raise OracleMismatch("key_check.keyless_records and decode_records disagree on the keyless records")
+
+
+def run_txnlog(data: bytes, feats: set[Any]) -> None:
+    """A ``__transaction_state`` record as a transaction coordinator shard's loader reads it: the
+    first byte says key (even) or value (odd), the rest is the record. Only RecordFormatError
+    may come out; a value that decodes encodes again and decodes to itself."""
+    if not data:
+        return
+    is_value, rec = data[0] & 1, data[1:]
+    try:
+        if not is_value:
+            key = transaction_log.decode_key(rec)
+            feats.add(("key", _bucket(len(key.transactional_id))))
+            if transaction_log.encode_key(key) != rec:
+                raise OracleMismatch("a transaction log key decodes from bytes it does not encode to")
+            return
+        value = transaction_log.decode_value(None, rec)
+    except transaction_log.RecordFormatError as e:
+        feats.add(("txnlog", is_value, _DIGITS.sub("N", str(e))[:80]))
+        return
+    assert value is not None
+    parts = value.partitions
+    feats.add(("value", value.version, int(value.state), None if parts is None else _bucket(len(parts)),
+               value.previous_producer_id != -1, value.next_producer_id != -1, value.client_transaction_version))
+    try:
+        again = transaction_log.encode_value(value)
+    except ValueError:
+        return  # a v0 topic name over 32767 bytes: readable, not writable again in v0
+    if transaction_log.decode_value(None, again) != value:
+        raise OracleMismatch("a transaction log value decodes to another value once encoded again")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,6 +560,24 @@ def request_seeds(seed: int = 0) -> list[bytes]:
     return out
 
 
+def txn_batch(producer_id: int, producer_epoch: int, base_sequence: int, n: int = 3, codec_id: int = 0,
+              tag: str = "t") -> bytes:
+    """A transactional data batch of ``n`` records."""
+    return records.build_batch([records.Record(i, 1_700_000_000_000 + i, f"{tag}{i}".encode(), b"txn" * (i + 1))
+                                for i in range(n)], codec=codec_id, producer_id=producer_id,
+                               producer_epoch=producer_epoch, base_sequence=base_sequence,
+                               attributes=rb.TRANSACTIONAL_BIT)
+
+
+def marker_batches(producer_id: int, producer_epoch: int) -> list[bytes]:
+    """Commit and abort markers, and a control batch of another type (Kafka reserves them)."""
+    return [control_records.build_marker_batch(producer_id, producer_epoch, 0, commit=True, timestamp=1),
+            control_records.build_marker_batch(producer_id, producer_epoch, 5, commit=False, timestamp=2),
+            records.build_batch([(struct.pack(">hh", 0, 5), b"")], producer_id=producer_id,
+                                producer_epoch=producer_epoch, base_sequence=-1,
+                                attributes=control_records.CONTROL_ATTRIBUTES)]
+
+
 def batch_seeds(seed: int = 0) -> list[bytes]:
     rng = random.Random(seed)
     out = []
@@ -509,6 +586,92 @@ def batch_seeds(seed: int = 0) -> list[bytes]:
         out.append(_seed_batch(rng, c) + _seed_batch(rng, c))
     out.append(records.build_batch([(b"k", b"v")], producer_id=7, producer_epoch=1, base_sequence=0,
                                    attributes=rb.TRANSACTIONAL_BIT))
+    out += [txn_batch(7, 1, 1, 5, c) for c in compression.NAMES]
+    out += marker_batches(7, 1)
+    out.append(txn_batch(7, 1, 6) + control_records.build_marker_batch(7, 1, 0, commit=False, timestamp=3))
+    return out
+
+
+def txnlog_seeds() -> list[bytes]:
+    """``__transaction_state`` keys (0 + key) and values (1 + value) of every version and state."""
+    out = [b"\x00" + transaction_log.encode_key(transaction_log.TransactionLogKey(t)) for t in ("", "tx", "é" * 9)]
+    state = transaction_log.TxnState
+    for version in transaction_log.VALUE_VERSIONS:
+        for st in state:
+            parts = None if st == state.EMPTY else (("a", (0, 1)), ("topic-b", (7,))) if st < 4 else ()
+            tags = {"previous_producer_id": 3, "next_producer_id": 9, "client_transaction_version": 2} if (
+                version and st in (state.PREPARE_COMMIT, state.COMPLETE_ABORT)) else {}
+            v = transaction_log.TransactionLogValue(1000 + st, st, 60000, st, parts, 1_700_000_000_000,
+                                                    1_699_999_999_000, version=version, **tags)
+            out.append(b"\x01" + (transaction_log.encode_value(v) or b""))
+    return out
+
+
+def txn_request_bodies(producer_id: int = 7, producer_epoch: int = 0, tid: str = "fuzz-txn",
+                       topic: str = "fuzz-txn-topic", group: str = "fuzz-txn-group",
+                       base_sequence: int = 0, topic_id: uuid.UUID | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """(API key, request dict) of the transactional APIs with coherent ids, and Produce with
+    transactional batches (valid, and mangled: a client's control batch, no producer id, a
+    transactional batch beside a plain one) and Fetch read_committed. The dicts name every
+    version's fields (``encode`` ignores those a version lacks)."""
+    ids = {"transactional_id": tid, "producer_id": producer_id, "producer_epoch": producer_epoch}
+    topics = [{"name": topic, "partitions": [0]}]
+    old = {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": producer_id,
+           "v3_and_below_producer_epoch": producer_epoch, "v3_and_below_topics": topics}
+    batch = txn_batch(producer_id, producer_epoch, base_sequence)
+    produce_batches = [batch, txn_batch(producer_id, producer_epoch, base_sequence, 4, compression.ZSTD),
+                       *marker_batches(producer_id, producer_epoch)[:1],
+                       records.build_batch([(b"k", b"v")], producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                           attributes=rb.TRANSACTIONAL_BIT),
+                       batch + records.build_batch([(b"k", b"v")])]
+    out: list[tuple[int, dict[str, Any]]] = [
+        (22, {"transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1}),
+        (22, {**ids, "transaction_timeout": 60000}),  # KIP-360: the current id and epoch
+        (24, {**old, "transactions": [{**ids, "verify_only": False, "topics": topics}]}),
+        (24, {**old, "transactions": [{**ids, "verify_only": True, "topics": topics},
+                                      {**ids, "transactional_id": tid + "-2", "verify_only": False,
+                                       "topics": topics}]}),
+        (25, {**ids, "group_id": group}),
+        (26, {**ids, "committed": True}),
+        (26, {**ids, "committed": False}),
+        (27, {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": True,
+                           "topics": [{"name": topic, "partition_indexes": [0]}], "coordinator_epoch": 0}]}),
+        (28, {**ids, "group_id": group, "generation_id": -1, "member_id": "", "group_instance_id": None,
+              "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                         "committed_leader_epoch": -1,
+                                                         "committed_metadata": "m"}]}]}),
+        (61, {"topics": [{"name": topic, "partition_indexes": [0, 1]}]}),
+        (65, {"transactional_ids": [tid, tid + "-2", "nope"]}),
+        (66, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1}),
+        (66, {"state_filters": ["Ongoing", "Bogus"], "producer_id_filters": [producer_id], "duration_filter": 0,
+              "transactional_id_pattern": "fuzz.*"}),
+        (1, {"replica_id": -1, "max_wait": 50, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 1,
+             "topics": [{"topic": topic, "topic_id": topic_id or uuid.UUID(int=0), "partitions": [{
+                 "partition": 0, "fetch_offset": 0,
+                                                         "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+                                                         "last_fetched_epoch": -1, "log_start_offset": -1}]}]}),
+    ]
+    for b in produce_batches:
+        out.append((0, {"transactional_id": tid, "acks": -1, "timeout": 5000,
+                        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": b}]}]}))
+    return out
+
+
+def txn_request_seeds(producer_id: int = 7, producer_epoch: int = 0, tid: str = "fuzz-txn",
+                      topic: str = "fuzz-txn-topic", group: str = "fuzz-txn-group",
+                      topic_id: uuid.UUID | None = None) -> list[bytes]:
+    """The transactional requests of ``txn_request_bodies`` in every served version."""
+    out: list[bytes] = []
+    versions: dict[int, list[int]] = {}
+    for k, v in served_versions():
+        versions.setdefault(k, []).append(v)
+    for key, body in txn_request_bodies(producer_id, producer_epoch, tid, topic, group, topic_id=topic_id):
+        for version in versions.get(key, []):
+            if key == 0 and version < 3:
+                continue  # transactional batches need RecordBatch v2 (Produce v3+)
+            with contextlib.suppress(Exception):  # a field this version cannot hold
+                out.append(request_header(key, version, 3000 + len(out))
+                           + encode(codec.request_schema(key, version), body))
     return out
 
 
@@ -525,7 +688,8 @@ def all_seeds(seed: int = 0) -> dict[str, list[bytes]]:
     client = [f for frames in load_client_seeds().values() for f in frames]
     reqs = request_seeds(seed) + client
     streams = [b"".join(struct.pack(">i", len(f)) + f for f in reqs[i : i + 3]) for i in range(0, len(reqs), 3)]
-    return {"request": reqs, "stream": streams, "batch": batch_seeds(seed)}
+    return {"request": reqs + txn_request_seeds(), "stream": streams, "batch": batch_seeds(seed),
+            "txnlog": txnlog_seeds()}
 
 
 # =============================================================================================
@@ -695,7 +859,7 @@ class Engine:
     def generate(self) -> tuple[str, bytes, list[int], int]:
         rng = self.rng
         r = rng.random()
-        target = "request" if r < 0.6 else "stream" if r < 0.72 else "batch"
+        target = "request" if r < 0.6 else "stream" if r < 0.72 else "batch" if r < 0.92 else "txnlog"
         base = rng.choice(self.corpus[target])
         cuts: list[int] = []
         max_frame = MAX_FRAME
@@ -703,6 +867,8 @@ class Engine:
             data = self.mut.mutate(base, self._other(target), protect=self.mut.header_len(base))
         elif target == "batch":
             data = self.mut.mutate_batch(base, self._other(target))
+        elif target == "txnlog":
+            data = base[:1] + self.mut.mutate(base[1:], lambda: self.rng.choice(self.corpus[target])[1:])
         else:
             data = self.mut.mutate(base, self._other(target))
             cuts = sorted(rng.randrange(len(data) + 1) for _ in range(rng.randrange(4)))
@@ -729,6 +895,8 @@ class Engine:
                 run_request(data, feats)
             elif target == "stream":
                 run_stream(data, feats, cuts or [], max_frame)
+            elif target == "txnlog":
+                run_txnlog(data, feats)
             else:
                 run_batch(data, feats)
 
@@ -982,6 +1150,8 @@ def reproduce(path: Path) -> int:
             run_request(data, feats)
         elif target == "stream":
             run_stream(data, feats, [], MAX_FRAME)
+        elif target == "txnlog":
+            run_txnlog(data, feats)
         else:
             run_batch(data, feats)
     except EXPECTED as e:
@@ -1155,6 +1325,7 @@ class LiveStats:
     elapsed: float = 0.0
     log_path: str = ""
     bomb: tuple[int, int, int] | None = None  # frame bytes, VmHWM KiB before, after
+    txn: tuple[int, int, int, int] = (0, 0, 0, 0)  # transactions, committed records, aborted, read back
     failures: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -1177,13 +1348,16 @@ def frame_that_kills(frames: list[bytes]) -> bytes | None:
 
 class LiveFuzzer:
     def __init__(self, port: int, frames: int, seed: int, connections: int, deadline: float,
-                 stats: LiveStats) -> None:
+                 stats: LiveStats, txn_corpus: list[bytes] | None = None) -> None:
         self.port = port
         self.budget = frames
         self.rng = random.Random(seed)
         self.mut = Mutator(self.rng)
         seeds = all_seeds(seed)
         self.corpus = seeds["request"]
+        # the transactional requests with the live broker's ids (a real producer id and epoch, an
+        # existing topic): a fifth of the frames start from one of them
+        self.txn_corpus = txn_corpus or []
         self.connections = connections
         self.deadline = deadline
         self.stats = stats
@@ -1195,7 +1369,7 @@ class LiveFuzzer:
     def next_frame(self) -> tuple[bytes, str]:
         """A mutated frame, and how its size prefix was made (honest, lying, several frames)."""
         rng = self.rng
-        base = rng.choice(self.corpus)
+        base = rng.choice(self.txn_corpus if self.txn_corpus and rng.random() < 0.2 else self.corpus)
         if rng.random() < 0.05:
             payload = base  # unmutated: valid requests keep the broker's state moving
         else:
@@ -1383,6 +1557,151 @@ class RoundTrip:
             t.join(120)
 
 
+class TxnRoundTrip:
+    """A confluent-kafka transactional producer (transactions of 1-20 records, every third
+    aborted) and a read_committed consumer, the whole time: the consumer must get exactly the
+    committed records, in order, and none of the aborted ones."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.stop = threading.Event()
+        self.done_producing = threading.Event()
+        self.errors: list[str] = []
+        self.committed: list[int] = []  # record numbers of committed transactions, in order
+        self.inflight: list[int] = []  # the records of the transaction being committed
+        self.aborted = 0
+        self.transactions = 0
+        self.consumed = 0
+        self.last_progress = time.monotonic()
+
+    def produce_loop(self) -> None:
+        from confluent_kafka import KafkaException, Producer
+
+        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": f"{self.topic}-eos",
+                      "acks": "all", "linger.ms": 2, "transaction.timeout.ms": 60_000, "log_level": 3})
+        rng = random.Random(7)
+        i = 0
+        try:
+            p.init_transactions(60)
+            while not self.stop.is_set():
+                n = rng.randint(1, 20)
+                nums = list(range(i, i + n))
+                i += n
+                p.begin_transaction()
+                for k in nums:
+                    p.produce(self.topic, key=str(k).encode(), value=RoundTrip.value(k))
+                p.poll(0)
+                commit = self.transactions % 3 != 2
+                try:
+                    if commit:
+                        self.inflight = nums  # the consumer may see them before commit_transaction returns
+                        p.commit_transaction(60)
+                        self.committed += nums
+                        self.inflight = []
+                    else:
+                        p.abort_transaction(60)
+                        self.aborted += n
+                except KafkaException as e:
+                    self.inflight = []
+                    err = e.args[0]
+                    if err.txn_requires_abort():
+                        p.abort_transaction(60)
+                        self.aborted += n
+                    elif err.retriable():
+                        continue
+                    else:
+                        raise
+                self.transactions += 1
+                time.sleep(0.01)
+        except Exception as e:  # noqa: BLE001 - reported as a failure
+            self.errors.append(f"transactional producer: {type(e).__name__}: {e}")
+        finally:
+            self.done_producing.set()
+
+    def consume_loop(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"{self.topic}-g", "log_level": 3,
+                      "enable.auto.commit": False, "isolation.level": "read_committed", "check.crcs": True})
+        c.assign([TopicPartition(self.topic, 0, 0)])
+        try:
+            while True:
+                done = self.done_producing.is_set()
+                if done and self.consumed >= len(self.committed):
+                    break
+                if (self.stop.is_set() or done) and time.monotonic() - self.last_progress > 30:
+                    break
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                if m.error():
+                    self.errors.append(f"read_committed consumer error: {m.error()}")
+                    continue
+                got = int(m.key() or b"-1")
+                wait_until = time.monotonic() + 60
+                while got in self.inflight and got not in self.committed and time.monotonic() < wait_until:
+                    time.sleep(0.005)  # its commit_transaction has not returned yet
+                want = self.committed[self.consumed] if self.consumed < len(self.committed) else None
+                if got != want or m.value() != RoundTrip.value(got):
+                    self.errors.append(f"read_committed: record {got} at offset {m.offset()} where committed "
+                                       f"record {want} was expected (an aborted or misplaced record)")
+                    if got in self.committed:
+                        self.consumed = self.committed.index(got) + 1
+                    continue
+                self.consumed += 1
+                self.last_progress = time.monotonic()
+        finally:
+            c.close()
+
+    def start(self) -> None:
+        self.threads = [threading.Thread(target=self.produce_loop, daemon=True),
+                        threading.Thread(target=self.consume_loop, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def stalled(self) -> bool:
+        return self.consumed < len(self.committed) and time.monotonic() - self.last_progress > 30
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(120)
+
+
+def live_topic_id(bootstrap: str, topic: str) -> uuid.UUID | None:
+    from gregor.admin.wire_client import WireClient
+
+    wc = WireClient(bootstrap, client_id="fuzz-txn-ids")
+    try:
+        r = wc.call(3, 12, {"topics": [{"name": topic}]})
+    finally:
+        wc.close()
+    return next((t.topic_id for t in r.topics if t.name == topic), None)
+
+
+def live_txn_ids(bootstrap: str, tid: str, timeout: float = 30) -> tuple[int, int]:
+    """A producer id and epoch for ``tid`` from the live broker (InitProducerId, retried while the
+    coordinator loads)."""
+    from gregor.admin.wire_client import WireClient
+
+    deadline = time.monotonic() + timeout
+    while True:
+        wc = WireClient(bootstrap, client_id="fuzz-txn-ids")
+        try:
+            # the first lookup of a transaction coordinator creates __transaction_state
+            wc.call(10, 3, {"key": tid, "key_type": 1})
+            r = wc.call(22, 4, {"transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1,
+                                "producer_epoch": -1})
+        finally:
+            wc.close()
+        if r.error_code == ErrorCode.none:
+            return int(r.producer_id), int(r.producer_epoch)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"InitProducerId({tid}) answered {r.error_code!r}")
+        time.sleep(0.5)
+
+
 BOMB_BYTES = 400 << 20
 BOMB_LIMIT_KIB = 128 << 10
 
@@ -1438,10 +1757,23 @@ def run_live(frames: int, seed: int, seconds: float, connections: int, crashes_d
     bootstrap = f"127.0.0.1:{port}"
     topic = f"fuzz-rt-{random.Random(seed).getrandbits(48):012x}"
     create_topic(bootstrap, topic)
+    # the transactional APIs: frames with a real producer id and epoch on a topic of their own, and
+    # a transactional round trip on another
+    txn_topic, eos_topic = f"{topic}-txn", f"{topic}-eos"
+    create_topic(bootstrap, txn_topic)
+    create_topic(bootstrap, eos_topic)
+    txn_corpus: list[bytes] = []
+    txn_topic_id = live_topic_id(bootstrap, txn_topic)
+    for n in range(4):
+        tid = f"fuzz-live-txn-{n}"
+        pid, epoch = live_txn_ids(bootstrap, tid)
+        txn_corpus += txn_request_seeds(pid, epoch, tid, txn_topic, f"fuzz-live-group-{n}", txn_topic_id)
     rt = RoundTrip(bootstrap, topic, stats)
     rt.start()
+    trt = TxnRoundTrip(bootstrap, eos_topic)
+    trt.start()
     deadline = time.monotonic() + seconds
-    fuzzer = LiveFuzzer(port, frames, seed, connections, deadline, stats)
+    fuzzer = LiveFuzzer(port, frames, seed, connections, deadline, stats, txn_corpus)
     stop_watch = threading.Event()
 
     def watch() -> None:
@@ -1471,10 +1803,15 @@ def run_live(frames: int, seed: int, seconds: float, connections: int, crashes_d
             if rt.stalled():
                 stats.failures.setdefault("round trip made no progress for 30 s",
                                           f"produced {stats.rt_produced}, consumed {stats.rt_consumed}")
+            if trt.stalled():
+                stats.failures.setdefault("transactional round trip made no progress for 30 s",
+                                          f"committed {len(trt.committed)}, consumed {trt.consumed}")
+            stats.txn = (trt.transactions, len(trt.committed), trt.aborted, trt.consumed)
             if time.monotonic() - last_print > 10:
                 last_print = time.monotonic()
                 print(f"  {stats.frames:>9,} frames  {stats.connections:,} connections  round trip "
-                      f"{stats.rt_consumed:,}/{stats.rt_produced:,}  broker RSS peak {hwm / 1024:.0f} MiB",
+                      f"{stats.rt_consumed:,}/{stats.rt_produced:,}  transactions {trt.transactions:,} (read "
+                      f"committed {trt.consumed:,}/{len(trt.committed):,})  broker RSS peak {hwm / 1024:.0f} MiB",
                       flush=True)
             time.sleep(0.5)
 
@@ -1510,6 +1847,15 @@ def run_live(frames: int, seed: int, seconds: float, connections: int, crashes_d
                                       f"produced {stats.rt_produced}, consumed {stats.rt_consumed}")
         for e in rt.errors[:1]:
             stats.failures.setdefault("round trip: " + e.split(":")[0], "; ".join(rt.errors[:5]))
+        trt.finish()
+        stats.txn = (trt.transactions, len(trt.committed), trt.aborted, trt.consumed)
+        if trt.consumed < len(trt.committed):
+            stats.failures.setdefault("transactional round trip: not every committed record was read back",
+                                      f"committed {len(trt.committed)}, read committed {trt.consumed}")
+        if trt.transactions == 0:
+            stats.failures.setdefault("transactional round trip: no transaction completed", "; ".join(trt.errors[:3]))
+        for e in trt.errors[:1]:
+            stats.failures.setdefault("transactional round trip: " + e.split(":")[0], "; ".join(trt.errors[:5]))
         stop_watch.set()
         watcher.join(5)
         hwm, _ = broker.memory()
@@ -1774,6 +2120,8 @@ def main(argv: list[str] | None = None) -> int:
             ("frames answered / in-line probe timeouts", f"{st.answered:,} / {st.probe_timeouts:,}"),
             ("probe connection slowest answer", f"{st.probe_max_s:.2f} s"),
             ("round trip (consumed / produced)", f"{st.rt_consumed:,} / {st.rt_produced:,}"),
+            ("transactional round trip (transactions; read committed / committed records; aborted)",
+             f"{st.txn[0]:,}; {st.txn[3]:,} / {st.txn[1]:,}; {st.txn[2]:,}"),
             ("broker peak RSS (VmHWM)", f"{st.peak_hwm_kib / 1024:.0f} MiB"),
             ("decompression bomb (frame, RSS peak before -> after)",
              f"{st.bomb[0]:,} bytes, {st.bomb[1] >> 10} -> {st.bomb[2] >> 10} MiB" if st.bomb else "not run"),

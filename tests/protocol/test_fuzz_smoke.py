@@ -32,6 +32,12 @@ _spec.loader.exec_module(fuzz)
 # a few APIs every client uses, flexible and not, including the ones of issue 10's reproducers
 APIS = [(3, 12), (3, 1), (0, 9), (0, 3), (1, 12), (1, 4), (20, 1), (20, 6), (11, 7), (14, 5), (19, 7), (42, 2),
         (18, 3), (32, 4)]
+# the transactional APIs, flexible and not: InitProducerId, AddPartitionsToTxn (v3 and v4, the batched
+# KIP-890 form), AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit, DescribeTransactions,
+# ListTransactions (and DescribeProducers when it is served)
+TXN_APIS = [(22, 1), (22, 5), (24, 3), (24, 4), (25, 3), (26, 1), (26, 4), (27, 1), (28, 2), (28, 4), (65, 0),
+            (66, 1), (61, 0)]
+APIS += [a for a in TXN_APIS if a in set(fuzz.served_versions())]
 
 
 def in_child(fn: Callable[[], None]) -> None:
@@ -151,6 +157,45 @@ def test_valid_request_with_a_count_overwritten(api_key: int, version: int) -> N
         decode_like_the_broker(bytes(frame))
 
     in_child(prop)
+
+
+def test_transactional_seed_requests_decode() -> None:
+    """The transactional seeds (coherent ids, transactional and control batches in Produce, Fetch
+    read_committed) are valid requests in every served version: the fuzz starts from requests
+    that reach the handlers."""
+
+    def check() -> None:
+        seeds = fuzz.txn_request_seeds()
+        keys = {struct.unpack_from(">h", s, 0)[0] for s in seeds}
+        assert {0, 1, 22, 24, 25, 26, 27, 28, 65, 66} <= keys
+        for s in seeds:
+            fuzz.run_request(s, set())  # raises on a refusal or a schema violation
+
+    in_child(check)
+
+
+def test_transaction_log_records_and_markers_never_raise_another_error() -> None:
+    """The txnlog target (``__transaction_state`` keys and values) and the batch target's control
+    batches (read_marker) with the engine's mutations: only the documented errors."""
+
+    def check() -> None:
+        eng = fuzz.Engine(11, fuzz.all_seeds(11))
+        failures = []
+        for i in range(3000):
+            seeds = eng.corpus["txnlog"] if i % 2 else eng.corpus["batch"]
+            base = eng.rng.choice(seeds)
+            if i % 2:
+                target, data = "txnlog", base[:1] + eng.mut.mutate(base[1:], lambda b=base: b[1:])
+            else:
+                target, data = "batch", eng.mut.mutate_batch(base, lambda b=base: b)
+            r = eng.run_one(target, data)
+            if r is not None:
+                failures.append(f"{r[0]}: {r[1][:300]} ({data.hex()[:200]})")
+        assert not failures, "\n".join(failures[:10])
+        assert any(f[0] == "txnlog" for f in eng.features)
+        assert any(f[0] == "batch" and f[1][0] == "marker" for f in eng.features)
+
+    in_child(check)
 
 
 def test_frame_decoder_matches_a_plain_split() -> None:

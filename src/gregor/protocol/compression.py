@@ -19,8 +19,9 @@ _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 
 
-class UnsupportedCodec(Exception):
-    pass
+class UnsupportedCodec(InvalidBatch):
+    """Codec bits 5-7: no codec. An InvalidBatch, so that every reader of stored or copied batches
+    (read_marker, the coordinator loader, the cleaner) refuses it as it refuses corrupt data."""
 
 
 class CorruptCompressedData(InvalidBatch):

@@ -63,8 +63,8 @@ def encode_fetch_response(version: int, error_code: int, session_id: int,
         buf += _I32.pack(len(topics))
     for t in topics:
         if version >= 13:
-            assert isinstance(t.topic, uuid.UUID)
-            buf += t.topic.bytes
+            # the zero id (kio reads it as None) is answered as itself, UNKNOWN_TOPIC_ID, as Kafka does
+            buf += t.topic.bytes if isinstance(t.topic, uuid.UUID) else bytes(16)
         else:
             name = str(t.topic).encode()
             if flexible:
