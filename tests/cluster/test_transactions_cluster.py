@@ -8,7 +8,7 @@ from __future__ import annotations
 from confluent_kafka import Producer
 
 from gregor.protocol.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
-from tests.integration.test_exactly_once import read_output, run_with_kills
+from tests.support.exactly_once import read_output, run_with_kills
 from tests.support.group_checks import start_cluster
 from tests.support.group_load import partition_states, wait_full_isr
 from tests.support.replication import create_topic

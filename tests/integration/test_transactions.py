@@ -97,7 +97,8 @@ def test_an_open_transaction_holds_back_read_committed_consumers_until_it_ends(b
     for i in range(5):
         p.produce("held", f"x{i}".encode(), partition=0)
     assert p.flush(10) == 0
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "held-reader", "isolation.level": "read_committed"})
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "held-reader",
+                  "isolation.level": "read_committed"})
     try:
         # the last stable offset is the transaction's first offset: nothing to read yet
         low, high = c.get_watermark_offsets(TopicPartition("held", 0), 10)
@@ -250,7 +251,8 @@ def test_transactions_survive_a_broker_sigkill_at_every_stage(broker):
     assert p.flush(10) == 0  # open when the broker dies
     broker.kill()
     broker.restart()
-    assert wait_for(lambda: committed_offset(broker.bootstrap, "crash-etl", "in", 0) == 7, 30, "the offset after restart")
+    assert wait_for(lambda: committed_offset(broker.bootstrap, "crash-etl", "in", 0) == 7, 30,
+                    "the offset after restart")
     restarted = producer(broker.bootstrap, "crash-1")  # fences the open transaction: aborted
     restarted.begin_transaction()
     restarted.produce("crash", b"after", partition=0)

@@ -4,6 +4,12 @@ min.insync.replicas check for acks=all, which is then answered once the high wat
 batch, within the request's timeout).
 
 acks=0 gets no response; a failed acks=0 write closes the connection, as Kafka does.
+
+Transactional batches (a request with a transactional id) are verified first when
+transaction.partition.verification.enable is on (KIP-890): a producer's first batch of a
+transaction in a partition is appended only once its coordinator confirmed the partition is in
+the ongoing transaction, and only if no marker ended that transaction meanwhile, so that a
+late or stray batch can never open a transaction nobody will end (a hanging transaction).
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import logging
 from typing import Any
 
 from gregor.apis.handler import CloseConnection, RequestContext, handles
+from gregor.log.partition_log import NO_VERIFICATION
+from gregor.protocol import record_batch as rb
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.replication.replica_manager import REPLICATION_ERRORS
@@ -23,11 +31,68 @@ _IDEMPOTENCE_REFUSALS = frozenset({ErrorCode.out_of_order_sequence_number, Error
                                    ErrorCode.unknown_producer_id, ErrorCode.duplicate_sequence_number})
 
 
+# what a produce answers when the coordinator could not be asked or is busy (Kafka: a retriable
+# error older clients retry without a metadata refresh)
+_VERIFY_RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
+                               ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+                               ErrorCode.not_coordinator})
+
+
+def _verification_error(code: ErrorCode) -> KafkaError:
+    """A produce's answer to a failed KIP-890 verification (Kafka's ReplicaManager and
+    AddPartitionsToTxnManager translations for produce v11 and older)."""
+    if code in _VERIFY_RETRIABLE:
+        return KafkaError(ErrorCode.not_enough_replicas,
+                          f"Unable to verify the partition has been added to the transaction. Underlying error: "
+                          f"{code.name.upper()}")
+    if code in (ErrorCode.transaction_abortable, ErrorCode.invalid_txn_state):
+        return KafkaError(ErrorCode.invalid_txn_state, "Partition was not added to the transaction")
+    if code == ErrorCode.producer_fenced:
+        return KafkaError(ErrorCode.invalid_producer_epoch, "the producer's epoch is fenced by a newer one")
+    return KafkaError(code, f"transaction verification failed: {code.name.upper()}")
+
+
+async def _verify(ctx: RequestContext, req: Any) -> dict[tuple[str, int], Any]:
+    """KIP-890 (transaction.partition.verification.enable): before a producer's first
+    transactional batch in a partition (no transaction of it ongoing there), ask its coordinator
+    whether the partition is in its ongoing transaction. Returns the guard each transactional
+    batch appends with (None: its transaction was ongoing already), or the KafkaError it answers."""
+    guards: dict[tuple[str, int], Any] = {}
+    ask: dict[tuple[int, int], list[tuple[str, int]]] = {}  # (producer id, epoch) -> partitions
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            records = pd.records
+            if not records or len(records) < rb.HEADER_SIZE:
+                continue  # refused by the append
+            h = rb.read_header(records, 0)
+            if not h.is_transactional or h.is_control:
+                continue
+            tp = (td.name, pd.index)
+            try:
+                guard = ctx.replicas.start_txn_verification(td.name, pd.index, h.producer_id)
+            except KafkaError as e:
+                guards[tp] = e
+                continue
+            guards[tp] = guard
+            if guard is not None:
+                ask.setdefault((h.producer_id, h.producer_epoch), []).append(tp)
+    for (pid, epoch), tps in ask.items():
+        codes = await ctx.transactions.verify(req.transactional_id, pid, epoch, tps)
+        for tp in tps:
+            code = codes.get(tp, ErrorCode.unknown_server_error)
+            if code:
+                guards[tp] = _verification_error(code)
+    return guards
+
+
 @handles(ApiKey.PRODUCE, 3, 11)
 async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = req.acks
     append = ctx.replicas.append_records
     timeout_s = req.timeout.total_seconds()
+    verified: dict[tuple[str, int], Any] = {}
+    if req.transactional_id is not None and ctx.config["transaction.partition.verification.enable"]:
+        verified = await _verify(ctx, req)
     waits: list[tuple[dict[str, Any], Any]] = []  # (partition response, awaitable of its error)
     responses = []
     for td in req.topic_data:
@@ -47,7 +112,10 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                                      f"clients may not produce to internal topic '{name}'")
                 if not pd.records:
                     raise KafkaError(ErrorCode.corrupt_message, "produce request without records")
-                res, waiter = append(name, pd.index, pd.records, acks, timeout_s)
+                guard = verified.get((name, pd.index), NO_VERIFICATION)
+                if isinstance(guard, KafkaError):
+                    raise guard
+                res, waiter = append(name, pd.index, pd.records, acks, timeout_s, guard)
                 if waiter is not None:
                     waits.append((p, waiter))
                 p["base_offset"] = res.base_offset

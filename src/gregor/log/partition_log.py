@@ -75,6 +75,9 @@ class RecordErrors(KafkaError):
         self.record_errors = record_errors
 
 
+NO_VERIFICATION: Any = object()  # PartitionLog.append: no KIP-890 verification required
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -466,9 +469,12 @@ class PartitionLog:
         return "compact" in str(self.config["cleanup.policy"])
 
     # -- append ------------------------------------------------------------------------------
-    def append(self, records: bytes, leader_epoch: int = 0) -> AppendResult:
+    def append(self, records: bytes, leader_epoch: int = 0, verification: Any = NO_VERIFICATION) -> AppendResult:
         """Validate and append one produce request's records for this partition, stamped with
         ``leader_epoch`` (recorded in the leader epoch cache when it is a new epoch).
+        ``verification``: the guard of the KIP-890 check of a transactional batch with its
+        coordinator (producer_state.start_verification; None: its transaction was ongoing here),
+        or NO_VERIFICATION when none is required.
 
         A storage failure raises StorageError with the log exactly as before the call (nothing
         acknowledged is ever unreadable), or PartitionOffline."""
@@ -497,6 +503,8 @@ class PartitionLog:
         dup = self.producer_state.check(h)
         if dup is not None:
             return AppendResult(dup.first_offset, -1, self.log_start_offset, duplicate=True)
+        if verification is not NO_VERIFICATION:
+            self.producer_state.check_verification(h, verification)
         now = self.clock()
         try:
             return self._append_checked(records, h, now, leader_epoch)

@@ -69,6 +69,15 @@ class ProducerEntry:
             self.epoch = epoch
 
 
+class VerificationGuard:
+    """One verification of a producer's transaction with its coordinator (compared by identity)."""
+
+    __slots__ = ("producer_id",)
+
+    def __init__(self, producer_id: int) -> None:
+        self.producer_id = producer_id
+
+
 @dataclass(frozen=True, slots=True)
 class CompletedTxn:
     producer_id: int
@@ -97,6 +106,34 @@ class ProducerStateManager:
         self.ongoing: dict[int, int] = {}
         # completed transactions whose marker the high watermark has not passed, in marker order
         self.unreplicated: list[CompletedTxn] = []
+        # KIP-890 verification in progress: producer id -> the guard of the check asked of its
+        # transaction coordinator (Kafka's VerificationGuard); a marker of the producer drops it
+        self.verifications: dict[int, VerificationGuard] = {}
+
+    # -- transaction verification (KIP-890) ----------------------------------------------------
+    def start_verification(self, producer_id: int) -> VerificationGuard | None:
+        """Before a transactional batch is appended: None if the producer's transaction is ongoing
+        here already (its coordinator said so when it started), else a new guard, valid until a
+        marker of the producer is appended, for the batch to bring once the coordinator confirmed
+        that this partition is in the ongoing transaction."""
+        if producer_id in self.ongoing:
+            return None
+        guard = self.verifications.get(producer_id)
+        if guard is None:
+            guard = self.verifications[producer_id] = VerificationGuard(producer_id)
+        return guard
+
+    def check_verification(self, h: BatchHeader, guard: VerificationGuard | None) -> None:
+        """A verified transactional batch (``guard`` from start_verification, or None when its
+        transaction was ongoing then) may start a transaction only with the guard still valid:
+        INVALID_TXN_STATE if a marker ended the transaction while it was being verified."""
+        if not h.is_transactional or h.producer_id in self.ongoing:
+            return
+        if guard is None or self.verifications.get(h.producer_id) is not guard:
+            raise KafkaError(ErrorCode.invalid_txn_state,
+                             f"the transaction of producer {h.producer_id} ended (a marker was written) while the "
+                             "partition was being verified with its coordinator: the batch would open a transaction "
+                             "nobody will end")
 
     def check(self, h: BatchHeader) -> BatchMeta | None:
         """Validate a data batch before append. Returns the earlier append if it is a duplicate."""
@@ -216,6 +253,7 @@ class ProducerStateManager:
             entry.set_epoch(producer_epoch)
         entry.coordinator_epoch = coordinator_epoch
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        self.verifications.pop(producer_id, None)
         first = entry.txn_first_offset
         if first is None:
             return None

@@ -52,6 +52,7 @@ from gregor.cluster.metadata import BrokerEndpoint
 from gregor.cluster.partition_states import PartitionStateStore, StateConflict, StateUnavailable
 from gregor.cluster.zk.znodes import PartitionState
 from gregor.log.log_manager import LogManager
+from gregor.log.partition_log import NO_VERIFICATION
 from gregor.log.storage_errors import StorageError
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol import record_batch as rb
@@ -414,7 +415,8 @@ class ClusterReplicas(ReplicaManager):
             raise KafkaError(ErrorCode.not_enough_replicas,
                              f"{part.topic}-{part.partition}: ISR {isr} is smaller than min.insync.replicas={need}")
 
-    def append_records(self, topic: str, partition: int, records: bytes, acks: int, timeout_s: float) -> Appended:
+    def append_records(self, topic: str, partition: int, records: bytes, acks: int, timeout_s: float,
+                       verification: Any = NO_VERIFICATION) -> Appended:
         part = self.leader_partition(topic, partition)
         if acks == -1:
             try:
@@ -423,7 +425,7 @@ class ClusterReplicas(ReplicaManager):
                 _note_refused(part, records)
                 raise
         try:
-            res = part.log.append(records, leader_epoch=part.leader_epoch)
+            res = part.log.append(records, leader_epoch=part.leader_epoch, verification=verification)
         except StorageError as e:
             self.storage_failed(part, e)
             raise

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from gregor.log.log_manager import LogManager
-from gregor.log.partition_log import AppendResult
+from gregor.log.partition_log import NO_VERIFICATION, AppendResult
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.replication.partition import Partition
@@ -107,11 +107,19 @@ class ReplicaManager(ABC):
 
     # -- appends -----------------------------------------------------------------------------
     @abstractmethod
-    def append_records(self, topic: str, partition: int, records: bytes, acks: int, timeout_s: float) -> Appended:
+    def append_records(self, topic: str, partition: int, records: bytes, acks: int, timeout_s: float,
+                       verification: Any = NO_VERIFICATION) -> Appended:
         """A producer's batch, appended as leader. With acks=all, NOT_ENOUGH_REPLICAS before
         anything is written when the ISR is smaller than min.insync.replicas; the awaitable
         returned answers once the high watermark covers the batch (NONE,
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT or NOT_LEADER_OR_FOLLOWER)."""
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT or NOT_LEADER_OR_FOLLOWER).
+        ``verification``: the KIP-890 guard of a transactional batch (start_txn_verification)."""
+
+    def start_txn_verification(self, topic: str, partition: int, producer_id: int) -> Any:
+        """Before a producer's transactional batch is appended (KIP-890): None when its transaction
+        is ongoing in the partition, else the guard its append must bring once the coordinator
+        confirmed the partition is in the transaction (see log/producer_state.py)."""
+        return self.leader_partition(topic, partition).log.producer_state.start_verification(producer_id)
 
     @abstractmethod
     def append_internal(self, topic: str, partition: int, batch: bytes) -> int:

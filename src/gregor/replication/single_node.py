@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from gregor.log.log_manager import LogManager
+from gregor.log.partition_log import NO_VERIFICATION
 from gregor.log.topic_registry import Topic, TopicRegistry
 from gregor.protocol.control_records import build_marker_batch
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -83,11 +84,12 @@ class SingleNodeReplicas(ReplicaManager):
         return self.logs.get(topic, partition) is not None
 
     # -- appends -----------------------------------------------------------------------------
-    def append_records(self, topic: str, partition: int, records: bytes, acks: int, timeout_s: float) -> Appended:
+    def append_records(self, topic: str, partition: int, records: bytes, acks: int, timeout_s: float,
+                       verification: Any = NO_VERIFICATION) -> Appended:
         plog = self.logs.get(topic, partition)
         if plog is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"partition {topic}-{partition} does not exist")
-        res = plog.append(records)
+        res = plog.append(records, verification=verification)
         self._appended(topic, partition, plog.log_end_offset)
         return res, None
 

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from gregor.cluster.broker_client import BrokerClients, BrokerUnreachable
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.coordinator.runtime.partition_writer import HighWatermarkListener, PartitionWriter
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
@@ -45,12 +46,14 @@ from gregor.coordinator.transaction.shard import RECORD_SERDE, TransactionCoordi
 from gregor.log.log_manager import LogManager
 from gregor.log.partition_log import now_ms
 from gregor.log.topic_registry import TopicRegistry
+from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
 
 log = logging.getLogger("gregor.coordinator.transaction")
 
 RELOAD_BACKOFF_S = 5.0
+VERIFY_VERSION = 4  # AddPartitionsToTxn between brokers (batched, verify_only)
 WRITE_TIMEOUT_S = 30.0
 
 
@@ -84,6 +87,7 @@ class TransactionCoordinatorService:
         self.epochs: dict[int, int] = {}  # coordinator epoch (leader epoch) of each loaded partition
         self.local_markers = local_markers
         self.markers = MarkerChannel(cluster, topics, local_markers, self._markers_written)
+        self._clients = BrokerClients(f"gregor-{cluster.node_id}-txn-verify", 30_000)
         self._watchdog: asyncio.Task[None] | None = None
         replicas.on_leadership.append(self.on_leadership)
         replicas.on_high_watermark.append(self.on_high_watermark)
@@ -98,6 +102,7 @@ class TransactionCoordinatorService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watchdog
         await self.markers.stop()
+        await self._clients.close()
         for p in list(self.runtimes):
             self.unload(p)
 
@@ -253,6 +258,52 @@ class TransactionCoordinatorService:
         result: AddPartitionsResult = await self._write(transactional_id, lambda s: s.add_partitions(
             transactional_id, producer_id, producer_epoch, partitions, verify_only))
         return result
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """KIP-890's check before a producer's first transactional batch in a partition: whether
+        each partition is in the producer's ongoing transaction, asked of its coordinator (here,
+        or another broker with AddPartitionsToTxn v4 ``verify_only``). The coordinator's codes
+        (NONE, TRANSACTION_ABORTABLE, PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING,
+        CONCURRENT_TRANSACTIONS, ...), or NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE when it
+        cannot be asked now."""
+        node, code, _reason = self.locate(transactional_id)
+        if code:
+            return dict.fromkeys(partitions, code)
+        if node == self.cluster.node_id:
+            try:
+                result = await self.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                                   verify_only=True)
+            except KafkaError as e:
+                return dict.fromkeys(partitions, e.code)
+            return {tp: result.partitions.get(tp, result.error) for tp in partitions}
+        return await self._verify_remotely(node, transactional_id, producer_id, producer_epoch, partitions)
+
+    async def _verify_remotely(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                               partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        broker = self.cluster.broker(node)
+        if broker is None:
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        topics: dict[str, list[int]] = {}
+        for t, p in partitions:
+            topics.setdefault(t, []).append(p)
+        body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
+        try:
+            client = await self._clients.for_broker(broker.node_id, broker.host, broker.port)
+            response = await client.request(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, body)
+        except BrokerUnreachable as e:
+            log.debug("verifying %s's partitions with broker %d failed: %s", transactional_id, node, e)
+            return dict.fromkeys(partitions, ErrorCode.not_coordinator)
+        if response.error_code:
+            return dict.fromkeys(partitions, ErrorCode(response.error_code))
+        out: dict[TopicPartition, ErrorCode] = {}
+        for txn in response.results_by_transaction:
+            for t in txn.topic_results:
+                for r in t.results_by_partition:
+                    out[(t.name, r.partition_index)] = ErrorCode(r.partition_error_code)
+        return {tp: out.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           group_partition: int) -> ErrorCode:

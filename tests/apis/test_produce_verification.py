@@ -1,0 +1,114 @@
+"""KIP-890 transaction verification on Produce (transaction.partition.verification.enable): a
+producer's first transactional batch in a partition is appended only when its coordinator says
+the partition is in the ongoing transaction, and only if no marker ended that transaction while
+the coordinator was being asked; the later batches of the transaction are not verified again."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from gregor.protocol import record_batch as rb
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
+from gregor.protocol.records import build_batch
+
+TID = "verified"
+
+
+def txn_batch(pid: int, epoch: int, seq: int) -> bytes:
+    return build_batch([(None, b"v")], producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                       attributes=rb.TRANSACTIONAL_BIT)
+
+
+def produce(node, partition: int, batch: bytes, tid: str | None = TID) -> tuple[ErrorCode, str | None]:
+    resp = node.call(ApiKey.PRODUCE, 9, {"transactional_id": tid, "acks": -1, "timeout": 5000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": partition, "records": batch}]}]})
+    p = resp.responses[0].partition_responses[0]
+    return ErrorCode(p.error_code), p.error_message
+
+
+@pytest.fixture
+def node(in_process_broker_factory):
+    node = in_process_broker_factory()
+    node.start_groups()
+    node.run(node.broker.transactions.start())
+    node.services.topics.create_topic("t", 2, {})
+    yield node
+    node.run(node.broker.transactions.stop())
+
+
+def init(node) -> tuple[int, int]:
+    resp = node.call(ApiKey.FIND_COORDINATOR, 3, {"key": TID, "key_type": 1})
+    assert resp.error_code == ErrorCode.none, resp
+    node.run(node.broker.transactions.wait_loaded())
+    resp = node.call(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": TID, "transaction_timeout": timedelta(seconds=60),
+                                                  "producer_id": -1, "producer_epoch": -1})
+    assert resp.error_code == ErrorCode.none, resp
+    return resp.producer_id, resp.producer_epoch
+
+
+def add(node, pid: int, epoch: int, partition: int) -> None:
+    resp = node.call(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": TID, "v3_and_below_producer_id": pid,
+        "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": "t", "partitions": [partition]}]})
+    assert resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+
+
+def test_a_batch_for_a_partition_outside_the_transaction_is_refused(node):
+    pid, epoch = init(node)
+    add(node, pid, epoch, 0)
+    assert produce(node, 0, txn_batch(pid, epoch, 0))[0] == ErrorCode.none
+    code, message = produce(node, 1, txn_batch(pid, epoch, 0))
+    assert code == ErrorCode.invalid_txn_state, message
+    assert node.services.logs.get("t", 1).log_end_offset == 0
+    # the ongoing transaction's later batches go through without asking again
+    asked = []
+    original = node.services.transactions.verify
+
+    async def counting(*a, **kw):
+        asked.append(a)
+        return await original(*a, **kw)
+
+    node.services.transactions.verify = counting
+    assert produce(node, 0, txn_batch(pid, epoch, 1))[0] == ErrorCode.none
+    assert asked == []
+
+
+def test_a_stale_epoch_is_answered_as_produce_v11_clients_expect(node):
+    pid, epoch = init(node)
+    add(node, pid, epoch, 0)
+    code, _ = produce(node, 0, txn_batch(pid, epoch + 5, 0))
+    assert code in (ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state)
+    code, _ = produce(node, 0, txn_batch(pid + 1000, 0, 0))  # a producer id the coordinator never gave
+    assert code != ErrorCode.none
+    assert node.services.logs.get("t", 0).log_end_offset == 0
+
+
+def test_a_marker_written_while_the_coordinator_is_asked_voids_the_verification(node):
+    """The coordinator confirms the partition, but the transaction ends (its marker is appended)
+    before the answer arrives: the late batch must not open a transaction nobody will end."""
+    pid, epoch = init(node)
+    add(node, pid, epoch, 0)
+    original = node.services.transactions.verify
+
+    async def slow_answer(tid, producer_id, producer_epoch, partitions):
+        answer = await original(tid, producer_id, producer_epoch, partitions)
+        await node.services.replicas.write_txn_marker("t", 0, producer_id, producer_epoch, 0, False, 5)
+        return answer
+
+    node.services.transactions.verify = slow_answer
+    code, _ = produce(node, 0, txn_batch(pid, epoch, 0))
+    assert code == ErrorCode.invalid_txn_state
+    plog = node.services.logs.get("t", 0)
+    assert plog.producer_state.ongoing == {}
+    assert plog.last_stable_offset == plog.high_watermark
+
+
+def test_verification_can_be_turned_off(in_process_broker_factory):
+    node = in_process_broker_factory({"transaction.partition.verification.enable": "false"})
+    node.services.topics.create_topic("t", 1, {})
+    # no coordinator knows this producer: without verification the batch is appended (Kafka < 3.6)
+    assert produce(node, 0, txn_batch(77, 0, 0))[0] == ErrorCode.none
