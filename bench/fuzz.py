@@ -1573,7 +1573,7 @@ class TxnRoundTrip:
         self.aborted = 0
         self.transactions = 0
         self.consumed = 0
-        self.last_progress = time.monotonic()
+        self.last_progress = self.last_transaction = time.monotonic()
 
     def produce_loop(self) -> None:
         from confluent_kafka import KafkaException, Producer
@@ -1606,13 +1606,18 @@ class TxnRoundTrip:
                     self.inflight = []
                     err = e.args[0]
                     if err.txn_requires_abort():
-                        p.abort_transaction(60)
+                        try:
+                            p.abort_transaction(60)
+                        except KafkaException as e2:
+                            raise RuntimeError(f"{'commit' if commit else 'abort'} failed ({err}), then the abort "
+                                               f"failed ({e2.args[0]})") from None
                         self.aborted += n
                     elif err.retriable():
                         continue
                     else:
                         raise
                 self.transactions += 1
+                self.last_transaction = time.monotonic()
                 time.sleep(0.01)
         except Exception as e:  # noqa: BLE001 - reported as a failure
             self.errors.append(f"transactional producer: {type(e).__name__}: {e}")
@@ -1661,7 +1666,8 @@ class TxnRoundTrip:
             t.start()
 
     def stalled(self) -> bool:
-        return self.consumed < len(self.committed) and time.monotonic() - self.last_progress > 30
+        return (self.consumed < len(self.committed) and time.monotonic() - self.last_progress > 30) or (
+            not self.done_producing.is_set() and time.monotonic() - self.last_transaction > 60)
 
     def finish(self) -> None:
         self.stop.set()
@@ -1804,8 +1810,9 @@ def run_live(frames: int, seed: int, seconds: float, connections: int, crashes_d
                 stats.failures.setdefault("round trip made no progress for 30 s",
                                           f"produced {stats.rt_produced}, consumed {stats.rt_consumed}")
             if trt.stalled():
-                stats.failures.setdefault("transactional round trip made no progress for 30 s",
-                                          f"committed {len(trt.committed)}, consumed {trt.consumed}")
+                stats.failures.setdefault("transactional round trip made no progress (30 s reading, 60 s producing)",
+                                          f"committed {len(trt.committed)}, consumed {trt.consumed}; "
+                                          f"{'; '.join(trt.errors[:2])}")
             stats.txn = (trt.transactions, len(trt.committed), trt.aborted, trt.consumed)
             if time.monotonic() - last_print > 10:
                 last_print = time.monotonic()
