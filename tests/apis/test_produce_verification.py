@@ -112,3 +112,55 @@ def test_verification_can_be_turned_off(in_process_broker_factory):
     node.services.topics.create_topic("t", 1, {})
     # no coordinator knows this producer: without verification the batch is appended (Kafka < 3.6)
     assert produce(node, 0, txn_batch(77, 0, 0))[0] == ErrorCode.none
+
+
+# -- TxnOffsetCommit ------------------------------------------------------------------------------
+def txn_offset_commit(node, pid: int, epoch: int, group: str = "g") -> ErrorCode:
+    resp = node.call(ApiKey.TXN_OFFSET_COMMIT, 3, {
+        "transactional_id": TID, "group_id": group, "producer_id": pid, "producer_epoch": epoch,
+        "generation_id": -1, "member_id": "", "group_instance_id": None,
+        "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5,
+                                                  "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+    return ErrorCode(resp.topics[0].partitions[0].error_code)
+
+
+def add_offsets(node, pid: int, epoch: int, group: str = "g") -> None:
+    resp = node.call(ApiKey.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": TID, "producer_id": pid,
+                                                    "producer_epoch": epoch, "group_id": group})
+    assert resp.error_code == ErrorCode.none, resp
+
+
+def pending(node, group: str = "g") -> dict:
+    partition = node.services.groups.partition_for(group)
+    shard = node.services.groups.active_shard(partition)
+    return {pid: by for pid, by in shard.offsets_mgr.pending.items() if by.get(group)}
+
+
+def test_offsets_of_a_transaction_without_the_groups_partition_are_refused(node):
+    pid, epoch = init(node)
+    add(node, pid, epoch, 0)
+    assert txn_offset_commit(node, pid, epoch) == ErrorCode.invalid_txn_state
+    assert pending(node) == {}
+    add_offsets(node, pid, epoch)
+    assert txn_offset_commit(node, pid, epoch) == ErrorCode.none
+    assert list(pending(node)) == [pid]
+
+
+def test_a_marker_written_while_the_coordinator_is_asked_voids_the_offsets_verification(node):
+    """Pending offsets of a transaction that already ended would make every stable OffsetFetch of
+    the partition answer UNSTABLE_OFFSET_COMMIT for good: the late write is refused instead."""
+    pid, epoch = init(node)
+    add_offsets(node, pid, epoch)
+    original = node.services.transactions.verify
+    partition = node.services.groups.partition_for("g")
+
+    async def slow_answer(tid, producer_id, producer_epoch, partitions):
+        answer = await original(tid, producer_id, producer_epoch, partitions)
+        await node.services.groups.complete_transaction(partition, producer_id, producer_epoch, 0, False)
+        return answer
+
+    node.services.transactions.verify = slow_answer
+    assert txn_offset_commit(node, pid, epoch) == ErrorCode.invalid_txn_state
+    assert pending(node) == {}
+    plog = node.services.logs.get("__consumer_offsets", partition)
+    assert plog.producer_state.ongoing == {}

@@ -2,7 +2,8 @@
 coordinator after AddOffsetsToTxn. They are written in the producer's transactional batch and
 become the group's committed offsets when the transaction's COMMIT marker reaches the group's
 ``__consumer_offsets`` partition (dropped on ABORT). v3+ names the member and generation the
-offsets were consumed under (KIP-447): a zombie is fenced with ILLEGAL_GENERATION."""
+offsets were consumed under (KIP-447): a zombie is fenced with ILLEGAL_GENERATION. The
+producer's first offsets of a transaction are verified with its coordinator (KIP-890)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,44 @@ from typing import Any
 
 from gregor.apis.handler import RequestContext, handles
 from gregor.coordinator.group.api import CommitPartition, CommitRequest
+from gregor.log.partition_log import NO_VERIFICATION
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.consumer_offsets import OFFSETS_TOPIC
 from gregor.protocol.errors import ErrorCode, KafkaError
+
+# verification answers a client retries (Kafka's group coordinator normalizes them so)
+_RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception, ErrorCode.not_coordinator,
+                        ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available})
+
+
+async def _verify(ctx: RequestContext, req: Any) -> Any:
+    """KIP-890 for offsets: the producer's first TxnOffsetCommit of a transaction is written only
+    once its transaction coordinator confirmed that the group's ``__consumer_offsets`` partition
+    is in the ongoing transaction (AddOffsetsToTxn put it there), and only if no marker ended the
+    transaction meanwhile: pending offsets of a transaction that already ended would hold the
+    group's stable reads back for good. Returns the guard the write brings."""
+    if not ctx.config["transaction.partition.verification.enable"]:
+        return NO_VERIFICATION
+    partition = ctx.groups.partition_for(req.group_id)
+    try:
+        guard = ctx.replicas.start_txn_verification(OFFSETS_TOPIC, partition, req.producer_id)
+    except KafkaError as e:
+        raise KafkaError(ErrorCode.not_coordinator, e.message) from None
+    if guard is None:
+        return None  # the transaction is ongoing in the partition: verified when it started
+    codes = await ctx.transactions.verify(req.transactional_id, req.producer_id, req.producer_epoch,
+                                          [(OFFSETS_TOPIC, partition)])
+    code = codes.get((OFFSETS_TOPIC, partition), ErrorCode.unknown_server_error)
+    if code in _RETRIABLE:
+        raise KafkaError(ErrorCode.coordinator_load_in_progress if code == ErrorCode.concurrent_transactions
+                         else ErrorCode.coordinator_not_available, f"verification: {code.name.upper()}")
+    if code in (ErrorCode.transaction_abortable, ErrorCode.invalid_txn_state):
+        raise KafkaError(ErrorCode.invalid_txn_state, f"{OFFSETS_TOPIC}-{partition} is not in the transaction")
+    if code == ErrorCode.producer_fenced:
+        raise KafkaError(ErrorCode.invalid_producer_epoch, "the producer's epoch is fenced by a newer one")
+    if code:
+        raise KafkaError(code)
+    return guard
 
 
 @handles(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
@@ -22,7 +59,8 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     commit = CommitRequest(req.group_id, getattr(req, "generation_id", -1), getattr(req, "member_id", "") or "",
                            getattr(req, "group_instance_id", None), partitions, api_version=9)
     try:
-        codes = await ctx.groups.txn_commit_offsets(commit, req.producer_id, req.producer_epoch)
+        guard = await _verify(ctx, req)
+        codes = await ctx.groups.txn_commit_offsets(commit, req.producer_id, req.producer_epoch, guard)
     except KafkaError as e:
         codes = {(p.topic, p.partition): e.code for p in partitions}
     topics: dict[str, list[dict[str, Any]]] = {}

@@ -581,17 +581,28 @@ class PartitionLog:
             self.active.txn_index.append(aborted)
         return AppendResult(offset, -1, self.log_start_offset)
 
-    def append_batch_unchecked(self, batch: bytes, leader_epoch: int = 0) -> int:
+    def append_batch_unchecked(self, batch: bytes, leader_epoch: int = 0, verification: Any = NO_VERIFICATION) -> int:
         """Append a batch built by the broker itself (internal topics), stamped with
-        ``leader_epoch``. Returns its base offset."""
+        ``leader_epoch``. Returns its base offset. ``verification``: as for ``append`` (a group
+        coordinator's transactional offsets, verified with the transaction coordinator)."""
         self.ensure_loaded()
         if self.offline:
             raise PartitionOffline(self.offline)
+        if verification is not NO_VERIFICATION:
+            self.producer_state.check_verification(rb.read_header(batch, 0), verification)
         try:
-            return self._append_unchecked(batch, leader_epoch)
+            offset = self._append_unchecked(batch, leader_epoch)
         except PartitionOffline as e:
             self.offline = e.message
             raise
+        if batch[rb.ATTRIBUTES + 1] & rb.CONTROL_BIT:
+            # a coordinator's own marker (the group coordinator ending a producer's offsets in a
+            # transaction): its transaction ends here as on the followers that copy it
+            h = rb.read_header(batch, 0)
+            if h.producer_id >= 0:
+                h.base_offset = offset
+                self._follow_marker(self.active, memoryview(batch), h)
+        return offset
 
     def _append_unchecked(self, batch: bytes, leader_epoch: int) -> int:
         h = rb.read_header(batch, 0)

@@ -442,10 +442,10 @@ class ClusterReplicas(ReplicaManager):
             return res, None
         return res, self.wait_replicated(part, required, timeout_s)
 
-    def append_internal(self, topic: str, partition: int, batch: bytes) -> int:
+    def append_internal(self, topic: str, partition: int, batch: bytes, verification: Any = NO_VERIFICATION) -> int:
         part = self.leader_partition(topic, partition)
         try:
-            base = part.log.append_batch_unchecked(batch, leader_epoch=part.leader_epoch)
+            base = part.log.append_batch_unchecked(batch, leader_epoch=part.leader_epoch, verification=verification)
         except StorageError as e:
             self.storage_failed(part, e)
             raise

@@ -122,9 +122,10 @@ class ReplicaManager(ABC):
         return self.leader_partition(topic, partition).log.producer_state.start_verification(producer_id)
 
     @abstractmethod
-    def append_internal(self, topic: str, partition: int, batch: bytes) -> int:
+    def append_internal(self, topic: str, partition: int, batch: bytes, verification: Any = NO_VERIFICATION) -> int:
         """A batch the broker built itself (coordinator records, telemetry), appended as leader
-        with the leader epoch; returns its base offset."""
+        with the leader epoch; returns its base offset. ``verification``: the KIP-890 guard of a
+        coordinator's transactional batch (TxnOffsetCommit), as for ``append_records``."""
 
     @abstractmethod
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,

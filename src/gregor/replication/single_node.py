@@ -93,11 +93,11 @@ class SingleNodeReplicas(ReplicaManager):
         self._appended(topic, partition, plog.log_end_offset)
         return res, None
 
-    def append_internal(self, topic: str, partition: int, batch: bytes) -> int:
+    def append_internal(self, topic: str, partition: int, batch: bytes, verification: Any = NO_VERIFICATION) -> int:
         plog = self.logs.get(topic, partition)
         if plog is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, f"partition {topic}-{partition} is not hosted here")
-        base = plog.append_batch_unchecked(batch, LEADER_EPOCH)
+        base = plog.append_batch_unchecked(batch, LEADER_EPOCH, verification)
         self._appended(topic, partition, plog.log_end_offset)
         return base
 

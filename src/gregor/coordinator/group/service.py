@@ -65,7 +65,7 @@ from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
 from gregor.coordinator.runtime.timer import Timer
 from gregor.log.log_manager import LogManager
-from gregor.log.partition_log import now_ms
+from gregor.log.partition_log import NO_VERIFICATION, now_ms
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, partition_for
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -349,7 +349,7 @@ class GroupCoordinatorService:
                 ErrorCode.coordinator_not_available, f"{e.message}; writes wait for a replica to catch up")) from None
 
     async def _write(self, group_id: str, op: Callable[[GroupCoordinatorShard], CoordinatorResult[Any]],
-                     timeout: bool = False, check_isr: bool = True) -> Any:
+                     timeout: bool = False, check_isr: bool = True, verification: Any = NO_VERIFICATION) -> Any:
         """Run a write operation on the group's shard and wait for its answer; with ``timeout``
         (commits, heartbeats, leaves: nothing else holds them) at most offsets.commit.timeout.ms
         for the write to be replicated."""
@@ -357,8 +357,10 @@ class GroupCoordinatorService:
         if check_isr:
             self._writable(runtime.partition)
         try:
-            response = runtime.execute(op)
+            response = runtime.execute(op, verification)
         except KafkaError as e:
+            if e.code == ErrorCode.invalid_txn_state:
+                raise
             raise self._unavailable(runtime.partition, e) from None
         if not isinstance(response, Deferred):
             return response
@@ -449,11 +451,14 @@ class GroupCoordinatorService:
         errors: CommitResult = await self._write(req.group_id, lambda shard: shard.commit_offsets(req), timeout=True)
         return errors
 
-    async def txn_commit_offsets(self, req: CommitRequest, producer_id: int, producer_epoch: int) -> CommitResult:
+    async def txn_commit_offsets(self, req: CommitRequest, producer_id: int, producer_epoch: int,
+                                 verification: Any = NO_VERIFICATION) -> CommitResult:
         """TxnOffsetCommit: the offsets are written in the producer's transaction (one error per
-        partition) and become the group's when the transaction's COMMIT marker arrives."""
+        partition) and become the group's when the transaction's COMMIT marker arrives.
+        ``verification``: the KIP-890 guard (start_txn_verification on the group's partition)."""
         errors: CommitResult = await self._write(
-            req.group_id, lambda shard: shard.txn_commit_offsets(req, producer_id, producer_epoch), timeout=True)
+            req.group_id, lambda shard: shard.txn_commit_offsets(req, producer_id, producer_epoch), timeout=True,
+            verification=verification)
         return errors
 
     async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,

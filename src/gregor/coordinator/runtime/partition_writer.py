@@ -10,9 +10,9 @@ benchmarks of the runtime without a broker (Kafka's InMemoryPartitionWriter play
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
-from gregor.log.partition_log import PartitionLog
+from gregor.log.partition_log import NO_VERIFICATION, PartitionLog
 
 HighWatermarkListener = Callable[[str, int, int], None]
 
@@ -20,9 +20,10 @@ HighWatermarkListener = Callable[[str, int, int], None]
 class PartitionWriter(Protocol):
     on_high_watermark: list[HighWatermarkListener]
 
-    def append_internal(self, topic: str, partition: int, batch: bytes) -> int:
+    def append_internal(self, topic: str, partition: int, batch: bytes, verification: Any = NO_VERIFICATION) -> int:
         """Append ``batch`` as the partition's leader; its base offset. KafkaError
-        (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR) when it cannot."""
+        (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR; INVALID_TXN_STATE when ``verification``, the
+        KIP-890 guard of a transactional write, is no longer valid) when it cannot."""
         ...
 
 
@@ -34,8 +35,8 @@ class LogWriter:
         self.plog = plog
         self.on_high_watermark: list[HighWatermarkListener] = []
 
-    def append_internal(self, topic: str, partition: int, batch: bytes) -> int:
-        base = self.plog.append_batch_unchecked(batch)
+    def append_internal(self, topic: str, partition: int, batch: bytes, verification: Any = NO_VERIFICATION) -> int:
+        base = self.plog.append_batch_unchecked(batch, verification=verification)
         for fn in self.on_high_watermark:
             fn(topic, partition, self.plog.high_watermark)
         return base

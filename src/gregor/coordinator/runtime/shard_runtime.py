@@ -49,7 +49,7 @@ from gregor.coordinator.runtime.result import CoordinatorResult, Deferred, Recor
 from gregor.coordinator.runtime.shard import Completion, CoordinatorShard, RecordSerde, TransactionalShard
 from gregor.coordinator.runtime.timer import EventLoopTimer, Timer
 from gregor.coordinator.runtime.write_queue import WriteQueue
-from gregor.log.partition_log import PartitionLog
+from gregor.log.partition_log import NO_VERIFICATION, PartitionLog
 from gregor.protocol.control_records import build_marker_batch
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.record_batch import TRANSACTIONAL_BIT
@@ -162,9 +162,11 @@ class ShardRuntime(Generic[S]):
             raise KafkaError(ErrorCode.not_coordinator, f"{self.name} is not loaded here")
         return self.shard
 
-    def execute(self, op: Callable[[S], CoordinatorResult[Any]]) -> Any:
+    def execute(self, op: Callable[[S], CoordinatorResult[Any]], verification: Any = NO_VERIFICATION) -> Any:
         """Run a write operation; returns its response, or a Deferred of it while its write waits
-        to be committed or its answer waits for other requests (``resolve`` awaits either)."""
+        to be committed or its answer waits for other requests (``resolve`` awaits either).
+        ``verification``: the KIP-890 guard of a write in a producer's transaction; if a marker
+        ended that transaction since, nothing is written and KafkaError INVALID_TXN_STATE raised."""
         shard = self.check_available()
         try:
             result = op(shard)
@@ -172,7 +174,7 @@ class ShardRuntime(Generic[S]):
             log.exception("coordinator operation failed on %s", self.name)
             self._abandon(shard.take_completions(), "coordinator operation failed; reloading")
             raise
-        return self._write(shard, result)
+        return self._write(shard, result, verification)
 
     def read(self, fn: Callable[[S], Any]) -> Any:
         return fn(self.check_available())
@@ -189,13 +191,20 @@ class ShardRuntime(Generic[S]):
             self.shard.committed_reads.committed(committed)
         self.writes.release(committed)
 
-    def _write(self, shard: S, result: CoordinatorResult[Any]) -> Any:
+    def _write(self, shard: S, result: CoordinatorResult[Any], verification: Any = NO_VERIFICATION) -> Any:
         completions = shard.take_completions()
         records = result.records
         writes = self.writes
         if records:
             try:
-                end = self._append(records, result.producer_id, result.producer_epoch)
+                end = self._append(records, result.producer_id, result.producer_epoch, verification)
+            except KafkaError as e:
+                if e.code != ErrorCode.invalid_txn_state:
+                    log.exception("appending to %s failed", self.name)
+                    raise self._abandon(completions, "coordinator write failed; reloading") from None
+                for fn in completions:  # refused before anything was written: the state is as it was
+                    fn(e)
+                raise
             except Exception:
                 log.exception("appending to %s failed", self.name)
                 raise self._abandon(completions, "coordinator write failed; reloading") from None
@@ -272,14 +281,18 @@ class ShardRuntime(Generic[S]):
         self.reload()
         return error
 
-    def _append(self, records: list[Record], producer_id: int = -1, producer_epoch: int = -1) -> int:
+    def _append(self, records: list[Record], producer_id: int = -1, producer_epoch: int = -1,
+                verification: Any = NO_VERIFICATION) -> int:
         """Append ``records`` as one batch (a transactional one of ``producer_id``); returns the
         offset the batch ends at."""
         encode_key, encode_value = self.serde.encode_key, self.serde.encode_value
         pairs = [(encode_key(k), encode_value(v)) for k, v in records]
         batch = build_batch(pairs, timestamp=time.time_ns() // 1_000_000, codec=self.codec, producer_id=producer_id,
                             producer_epoch=producer_epoch, attributes=TRANSACTIONAL_BIT if producer_id >= 0 else 0)
-        base = self.writer.append_internal(self.topic, self.partition, batch)
+        if verification is NO_VERIFICATION:
+            base = self.writer.append_internal(self.topic, self.partition, batch)
+        else:
+            base = self.writer.append_internal(self.topic, self.partition, batch, verification)
         return base + len(pairs)
 
     def _run_timer(self, key: str, operation: Callable[[], CoordinatorResult[Any] | None]) -> None:
