@@ -94,8 +94,8 @@ def test_a_marker_written_while_the_coordinator_is_asked_voids_the_verification(
     add(node, pid, epoch, 0)
     original = node.services.transactions.verify
 
-    async def slow_answer(tid, producer_id, producer_epoch, partitions):
-        answer = await original(tid, producer_id, producer_epoch, partitions)
+    async def slow_answer(tid, producer_id, producer_epoch, partitions, add=False):
+        answer = await original(tid, producer_id, producer_epoch, partitions, add)
         await node.services.replicas.write_txn_marker("t", 0, producer_id, producer_epoch, 0, False, 5)
         return answer
 
@@ -154,8 +154,8 @@ def test_a_marker_written_while_the_coordinator_is_asked_voids_the_offsets_verif
     original = node.services.transactions.verify
     partition = node.services.groups.partition_for("g")
 
-    async def slow_answer(tid, producer_id, producer_epoch, partitions):
-        answer = await original(tid, producer_id, producer_epoch, partitions)
+    async def slow_answer(tid, producer_id, producer_epoch, partitions, add=False):
+        answer = await original(tid, producer_id, producer_epoch, partitions, add)
         await node.services.groups.complete_transaction(partition, producer_id, producer_epoch, 0, False)
         return answer
 

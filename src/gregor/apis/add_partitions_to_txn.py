@@ -1,7 +1,8 @@
 """AddPartitionsToTxn (24): partitions join a producer's transaction at its coordinator. v0-v3
 (clients): one transaction, a code per partition. v4+ (brokers, KIP-890): several transactions,
 and ``verify_only`` asks whether partitions are in the ongoing transaction without adding them
-(a partition leader's check before a producer's first transactional batch)."""
+(a partition leader's check before a producer's first transactional batch). v5 from a leader
+adds the partitions of a transactions V2 producer (KIP-890 part 2: they join implicitly)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, pro
     partitions = [(t.name, p) for t in topics for p in t.partitions]
     try:
         result = await ctx.transactions.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
-                                                       verify_only)
+                                                       verify_only, tv2=ctx.version >= 5 and not verify_only)
     except KafkaError as e:
         return dict.fromkeys(partitions, e.code)
     codes = dict(result.partitions)
@@ -35,7 +36,7 @@ async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, pro
     return codes
 
 
-@handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 4)
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
 async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if ctx.version < 4:
         codes = await _add(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,

@@ -135,7 +135,7 @@ def handles(api_key: ApiKey, min_version: int, max_version: int,
 def api_versions_body(error: ErrorCode = ErrorCode.none, config: Any = None) -> dict[str, Any]:
     """The ApiVersions answer: exactly what the registry holds and ``config`` enables (the APIs
     of a group protocol that is off are not advertised)."""
-    return {
+    body: dict[str, Any] = {
         "error_code": error,
         "api_keys": [
             {"api_key": r.api_key, "min_version": r.min_version, "max_version": r.max_version}
@@ -143,3 +143,12 @@ def api_versions_body(error: ErrorCode = ErrorCode.none, config: Any = None) -> 
         ],
         "throttle_time": 0,
     }
+    if config is not None:
+        # v3+ (tagged fields): Kafka's feature levels, which clients read to choose protocols
+        # (transaction.version >= 2: transactions V2, KIP-890 part 2)
+        level = config["transaction.version"]
+        body["supported_features"] = [{"name": "transaction.version", "min_version": 0, "max_version": 2}]
+        body["finalized_features_epoch"] = 0
+        body["finalized_features"] = [{"name": "transaction.version", "max_version_level": level,
+                                       "min_version_level": level}]
+    return body

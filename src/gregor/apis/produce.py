@@ -8,8 +8,9 @@ acks=0 gets no response; a failed acks=0 write closes the connection, as Kafka d
 Transactional batches (a request with a transactional id) are verified first when
 transaction.partition.verification.enable is on (KIP-890): a producer's first batch of a
 transaction in a partition is appended only once its coordinator confirmed the partition is in
-the ongoing transaction, and only if no marker ended that transaction meanwhile, so that a
-late or stray batch can never open a transaction nobody will end (a hanging transaction).
+the ongoing transaction (v12+, transactions V2, always: once the coordinator added it), and only
+if no marker ended that transaction meanwhile, so that a late or stray batch can never open a
+transaction nobody will end (a hanging transaction).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ async def _verify(ctx: RequestContext, req: Any) -> dict[tuple[str, int], Any]:
             if guard is not None:
                 ask.setdefault((h.producer_id, h.producer_epoch), []).append(tp)
     for (pid, epoch), tps in ask.items():
-        codes = await ctx.transactions.verify(req.transactional_id, pid, epoch, tps)
+        # v12+ (transactions V2): the partition joins the transaction here, not by AddPartitionsToTxn
+        codes = await ctx.transactions.verify(req.transactional_id, pid, epoch, tps, add=ctx.version >= 12)
         for tp in tps:
             code = codes.get(tp, ErrorCode.unknown_server_error)
             if code:
@@ -85,13 +87,14 @@ async def _verify(ctx: RequestContext, req: Any) -> dict[tuple[str, int], Any]:
     return guards
 
 
-@handles(ApiKey.PRODUCE, 3, 11)
+@handles(ApiKey.PRODUCE, 3, 12)
 async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = req.acks
     append = ctx.replicas.append_records
     timeout_s = req.timeout.total_seconds()
     verified: dict[tuple[str, int], Any] = {}
-    if req.transactional_id is not None and ctx.config["transaction.partition.verification.enable"]:
+    if req.transactional_id is not None and (ctx.version >= 12
+                                             or ctx.config["transaction.partition.verification.enable"]):
         verified = await _verify(ctx, req)
     waits: list[tuple[dict[str, Any], Any]] = []  # (partition response, awaitable of its error)
     responses = []

@@ -27,7 +27,8 @@ async def _verify(ctx: RequestContext, req: Any) -> Any:
     is in the ongoing transaction (AddOffsetsToTxn put it there), and only if no marker ended the
     transaction meanwhile: pending offsets of a transaction that already ended would hold the
     group's stable reads back for good. Returns the guard the write brings."""
-    if not ctx.config["transaction.partition.verification.enable"]:
+    tv2 = ctx.version >= 5  # transactions V2: the group's partition joins the transaction here
+    if not tv2 and not ctx.config["transaction.partition.verification.enable"]:
         return NO_VERIFICATION
     partition = ctx.groups.partition_for(req.group_id)
     try:
@@ -37,7 +38,7 @@ async def _verify(ctx: RequestContext, req: Any) -> Any:
     if guard is None:
         return None  # the transaction is ongoing in the partition: verified when it started
     codes = await ctx.transactions.verify(req.transactional_id, req.producer_id, req.producer_epoch,
-                                          [(OFFSETS_TOPIC, partition)])
+                                          [(OFFSETS_TOPIC, partition)], add=tv2)
     code = codes.get((OFFSETS_TOPIC, partition), ErrorCode.unknown_server_error)
     if code in _RETRIABLE:
         raise KafkaError(ErrorCode.coordinator_load_in_progress if code == ErrorCode.concurrent_transactions
@@ -51,7 +52,7 @@ async def _verify(ctx: RequestContext, req: Any) -> Any:
     return guard
 
 
-@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
+@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
 async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     partitions = [CommitPartition(t.name, p.partition_index, p.committed_offset,
                                   getattr(p, "committed_leader_epoch", -1), p.committed_metadata)

@@ -54,6 +54,7 @@ log = logging.getLogger("gregor.coordinator.transaction")
 
 RELOAD_BACKOFF_S = 5.0
 VERIFY_VERSION = 4  # AddPartitionsToTxn between brokers (batched, verify_only)
+ADD_V2_VERSION = 5  # ... and adding for a transactions V2 producer (KIP-890 part 2)
 WRITE_TIMEOUT_S = 30.0
 
 
@@ -254,33 +255,35 @@ class TransactionCoordinatorService:
         return result
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: list[TopicPartition], verify_only: bool = False) -> AddPartitionsResult:
+                             partitions: list[TopicPartition], verify_only: bool = False,
+                             tv2: bool = False) -> AddPartitionsResult:
         result: AddPartitionsResult = await self._write(transactional_id, lambda s: s.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, verify_only))
+            transactional_id, producer_id, producer_epoch, partitions, verify_only, tv2))
         return result
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                     partitions: list[TopicPartition], add: bool = False) -> dict[TopicPartition, ErrorCode]:
         """KIP-890's check before a producer's first transactional batch in a partition: whether
         each partition is in the producer's ongoing transaction, asked of its coordinator (here,
         or another broker with AddPartitionsToTxn v4 ``verify_only``). The coordinator's codes
         (NONE, TRANSACTION_ABORTABLE, PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING,
         CONCURRENT_TRANSACTIONS, ...), or NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE when it
-        cannot be asked now."""
+        cannot be asked now. ``add`` (transactions V2, KIP-890 part 2): the partitions join the
+        ongoing transaction instead of being checked (AddPartitionsToTxn v5 from a leader)."""
         node, code, _reason = self.locate(transactional_id)
         if code:
             return dict.fromkeys(partitions, code)
         if node == self.cluster.node_id:
             try:
                 result = await self.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
-                                                   verify_only=True)
+                                                   verify_only=not add, tv2=add)
             except KafkaError as e:
                 return dict.fromkeys(partitions, e.code)
             return {tp: result.partitions.get(tp, result.error) for tp in partitions}
-        return await self._verify_remotely(node, transactional_id, producer_id, producer_epoch, partitions)
+        return await self._verify_remotely(node, transactional_id, producer_id, producer_epoch, partitions, add)
 
     async def _verify_remotely(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int,
-                               partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                               partitions: list[TopicPartition], add: bool) -> dict[TopicPartition, ErrorCode]:
         broker = self.cluster.broker(node)
         if broker is None:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
@@ -288,11 +291,12 @@ class TransactionCoordinatorService:
         for t, p in partitions:
             topics.setdefault(t, []).append(p)
         body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
-                                  "producer_epoch": producer_epoch, "verify_only": True,
+                                  "producer_epoch": producer_epoch, "verify_only": not add,
                                   "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
         try:
             client = await self._clients.for_broker(broker.node_id, broker.host, broker.port)
-            response = await client.request(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, body)
+            response = await client.request(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_V2_VERSION if add else VERIFY_VERSION,
+                                            body)
         except BrokerUnreachable as e:
             log.debug("verifying %s's partitions with broker %d failed: %s", transactional_id, node, e)
             return dict.fromkeys(partitions, ErrorCode.not_coordinator)
