@@ -325,13 +325,31 @@ class TransactionCoordinatorService:
         return result
 
     async def _markers_written(self, markers: TxnMarkers, dropped: frozenset[TopicPartition]) -> None:
-        try:
-            await self._write(markers.transactional_id, lambda s: s.complete_markers(
-                markers.transactional_id, markers.producer_id, markers.producer_epoch, dropped))
-        except KafkaError as e:
-            # the shard moved or failed: the next coordinator (or the reload) hands the markers over again
-            log.info("Completing %s's transaction after its markers: %s (%s)", markers.transactional_id,
-                     e.code.name, e.message)
+        """Every marker is written: CompleteCommit/CompleteAbort. Retried for as long as the shard
+        that prepared the transaction is still the one loaded here (a broker confirming its
+        ZooKeeper session after a pause does not act as leader for a moment, nothing moved);
+        once it is unloaded or reloaded, its next load hands the markers over again, as Kafka's
+        coordinator retries an append that found the coordinator unavailable."""
+        partition = self.partition_for(markers.transactional_id)
+        runtime = self.runtimes.get(partition)
+        backoff = 0.05
+        while True:
+            try:
+                await self._write(markers.transactional_id, lambda s: s.complete_markers(
+                    markers.transactional_id, markers.producer_id, markers.producer_epoch, dropped))
+                return
+            except KafkaError as e:
+                current = self.runtimes.get(partition)
+                if runtime is None or current is not runtime or runtime.state in (ShardState.CLOSED,
+                                                                                    ShardState.FAILED):
+                    log.info("Completing %s's transaction after its markers: %s (%s); the coordinator that loads "
+                             "%s-%d next completes it", markers.transactional_id, e.code.name, e.message,
+                             TRANSACTION_STATE_TOPIC, partition)
+                    return
+                log.debug("Completing %s's transaction after its markers: %s (%s); retrying",
+                          markers.transactional_id, e.code.name, e.message)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
 
     def describe(self, transactional_id: str) -> TransactionDescription:
         try:
