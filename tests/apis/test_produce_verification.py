@@ -5,14 +5,13 @@ the coordinator was being asked; the later batches of the transaction are not ve
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 
 from gregor.protocol import record_batch as rb
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import build_batch
+from tests.support.transactions import init_producer, transactional_node
 
 TID = "verified"
 
@@ -31,22 +30,12 @@ def produce(node, partition: int, batch: bytes, tid: str | None = TID) -> tuple[
 
 @pytest.fixture
 def node(in_process_broker_factory):
-    node = in_process_broker_factory()
-    node.start_groups()
-    node.run(node.broker.transactions.start())
-    node.services.topics.create_topic("t", 2, {})
-    yield node
-    node.run(node.broker.transactions.stop())
+    with transactional_node(in_process_broker_factory) as node:
+        yield node
 
 
 def init(node) -> tuple[int, int]:
-    resp = node.call(ApiKey.FIND_COORDINATOR, 3, {"key": TID, "key_type": 1})
-    assert resp.error_code == ErrorCode.none, resp
-    node.run(node.broker.transactions.wait_loaded())
-    resp = node.call(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": TID, "transaction_timeout": timedelta(seconds=60),
-                                                  "producer_id": -1, "producer_epoch": -1})
-    assert resp.error_code == ErrorCode.none, resp
-    return resp.producer_id, resp.producer_epoch
+    return init_producer(node, TID, 4)
 
 
 def add(node, pid: int, epoch: int, partition: int) -> None:

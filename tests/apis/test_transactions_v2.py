@@ -6,7 +6,6 @@ epoch at every end and names the epoch to go on with."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 import pytest
 
@@ -14,27 +13,19 @@ from gregor.protocol import record_batch as rb
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.records import build_batch, decode_records, iter_batches
+from tests.support.transactions import init_producer, transactional_node
 
 TID = "v2-producer"
 
 
 @pytest.fixture
 def node(in_process_broker_factory):
-    node = in_process_broker_factory()
-    node.start_groups()
-    node.run(node.broker.transactions.start())
-    node.services.topics.create_topic("t", 2, {})
-    yield node
-    node.run(node.broker.transactions.stop())
+    with transactional_node(in_process_broker_factory) as node:
+        yield node
 
 
 def init(node) -> tuple[int, int]:
-    assert node.call(ApiKey.FIND_COORDINATOR, 3, {"key": TID, "key_type": 1}).error_code == 0
-    node.run(node.broker.transactions.wait_loaded())
-    resp = node.call(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": TID, "transaction_timeout": timedelta(seconds=60),
-                                                  "producer_id": -1, "producer_epoch": -1})
-    assert resp.error_code == ErrorCode.none
-    return resp.producer_id, resp.producer_epoch
+    return init_producer(node, TID, 5)
 
 
 def produce(node, partition: int, pid: int, epoch: int, seq: int, value: bytes, version: int = 12) -> ErrorCode:

@@ -5,14 +5,13 @@ import asyncio
 
 import pytest
 
-from gregor.config import BrokerConfig
 from gregor.coordinator.group.api import CommitPartition, CommitRequest, HeartbeatRequest, JoinRequest
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.partition_writer import LogWriter
 from gregor.coordinator.runtime.result import CoordinatorResult
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
-from gregor.log.partition_log import PartitionLog, now_ms
+from gregor.log.partition_log import now_ms
 from gregor.protocol.consumer_offsets import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -24,15 +23,6 @@ from gregor.protocol.consumer_offsets import (
 )
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import build_batch
-
-
-@pytest.fixture
-def plog(tmp_path):
-    cfg = BrokerConfig.from_mapping({}).topic_defaults()
-    cfg.update({"cleanup.policy": "compact", "segment.bytes": 1 << 20})
-    log = PartitionLog(tmp_path / "__consumer_offsets-0", "__consumer_offsets", 0, cfg)
-    log.open(clean_shutdown=False, recovery_point=0)
-    return log
 
 
 def make_runtime(plog, config=GroupConfig(initial_rebalance_delay_ms=0), replicated=False):

@@ -9,25 +9,15 @@ import random
 
 import pytest
 
-from gregor.config import BrokerConfig
 from gregor.coordinator.group.api import CommitPartition, CommitRequest, JoinRequest, SyncRequest
 from gregor.coordinator.group.context import GroupConfig
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard
 from gregor.coordinator.runtime.partition_writer import LogWriter
 from gregor.coordinator.runtime.shard_runtime import ShardRuntime, resolve
-from gregor.log.partition_log import PartitionLog, now_ms
+from gregor.log.partition_log import now_ms
 from gregor.protocol.errors import ErrorCode
 
 PID, EPOCH = 4000, 3
-
-
-@pytest.fixture
-def plog(tmp_path):
-    cfg = BrokerConfig.from_mapping({}).topic_defaults()
-    cfg.update({"cleanup.policy": "compact", "segment.bytes": 1 << 20})
-    log = PartitionLog(tmp_path / "__consumer_offsets-0", "__consumer_offsets", 0, cfg)
-    log.open(clean_shutdown=False, recovery_point=0)
-    return log
 
 
 def runtime(plog):

@@ -67,7 +67,7 @@ class OffsetManager:
     # -- OffsetCommit ------------------------------------------------------------------------
     def commit(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
         def all_(code: ErrorCode) -> CoordinatorResult[CommitResult]:
-            return CoordinatorResult([], {(p.topic, p.partition): code for p in req.partitions})
+            return _every_partition(req, code)
 
         consumer = self.ctx.consumer_groups.get(req.group_id)
         group = self.ctx.groups.get(req.group_id)
@@ -114,7 +114,7 @@ class OffsetManager:
         """TxnOffsetCommit: the offsets are written in the producer's transaction and become the
         group's committed offsets when its COMMIT marker arrives."""
         def all_(code: ErrorCode) -> CoordinatorResult[CommitResult]:
-            return CoordinatorResult([], {(p.topic, p.partition): code for p in req.partitions})
+            return _every_partition(req, code)
 
         consumer = self.ctx.consumer_groups.get(req.group_id)
         group = self.ctx.groups.get(req.group_id)
@@ -358,6 +358,11 @@ class OffsetManager:
             if commit:
                 for tp, value in offsets.items():
                     self._put(group_id, tp, value)
+
+
+def _every_partition(req: CommitRequest, code: ErrorCode) -> CoordinatorResult[CommitResult]:
+    """A commit refused as a whole: ``code`` for each of its partitions, nothing written."""
+    return CoordinatorResult([], {(p.topic, p.partition): code for p in req.partitions})
 
 
 def _validate_consumer_member(group: ConsumerGroup, req: CommitRequest,

@@ -62,7 +62,7 @@ from gregor.coordinator.group.topic_hashes import TopicHashes
 from gregor.coordinator.group.views import GroupViews
 from gregor.coordinator.runtime.partition_writer import HighWatermarkListener, PartitionWriter
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
-from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
+from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, reload_failed_shards, resolve
 from gregor.coordinator.runtime.timer import Timer
 from gregor.log.log_manager import LogManager
 from gregor.log.partition_log import NO_VERIFICATION, now_ms
@@ -171,7 +171,8 @@ class GroupCoordinatorService:
         if self.create_topic_at_start:
             self.ensure_topic()
         self.followed.start()
-        self._watchdog = asyncio.get_running_loop().create_task(self._reload_failed())
+        self._watchdog = asyncio.get_running_loop().create_task(
+            reload_failed_shards(self.runtimes.values, RELOAD_BACKOFF_S))
 
     def _loaded_here(self) -> set[int]:
         return {p for p, rt in self.runtimes.items() if rt.state is ShardState.ACTIVE}
@@ -255,13 +256,6 @@ class GroupCoordinatorService:
     async def wait_loaded(self) -> None:
         for rt in list(self.runtimes.values()):
             await rt.wait_loaded()
-
-    async def _reload_failed(self) -> None:
-        while True:
-            await asyncio.sleep(RELOAD_BACKOFF_S)
-            for rt in list(self.runtimes.values()):
-                if rt.state is ShardState.FAILED:
-                    rt.reload()
 
     async def stop(self) -> None:
         await self.followed.stop()

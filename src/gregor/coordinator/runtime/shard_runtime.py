@@ -40,7 +40,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from gregor.coordinator.runtime import loader
@@ -309,6 +309,16 @@ class ShardRuntime(Generic[S]):
             self._write(shard, result if result is not None else CoordinatorResult())
         except KafkaError:
             pass  # the append failed and the shard is reloading; logged above
+
+
+async def reload_failed_shards(runtimes: Callable[[], Iterable[ShardRuntime[Any]]], backoff_s: float) -> None:
+    """Forever: every ``backoff_s``, reload the shards whose load failed (a coordinator
+    service's watchdog; a failed shard answers COORDINATOR_NOT_AVAILABLE until then)."""
+    while True:
+        await asyncio.sleep(backoff_s)
+        for rt in list(runtimes()):
+            if rt.state is ShardState.FAILED:
+                rt.reload()
 
 
 async def resolve(response: Any) -> Any:

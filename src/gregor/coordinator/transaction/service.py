@@ -29,7 +29,7 @@ from gregor.cluster.broker_client import BrokerClients, BrokerUnreachable
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.coordinator.runtime.partition_writer import HighWatermarkListener, PartitionWriter
 from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
-from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, resolve
+from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, reload_failed_shards, resolve
 from gregor.coordinator.runtime.timer import Timer
 from gregor.coordinator.transaction.api import (
     AddPartitionsResult,
@@ -95,7 +95,8 @@ class TransactionCoordinatorService:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        self._watchdog = asyncio.get_running_loop().create_task(self._reload_failed())
+        self._watchdog = asyncio.get_running_loop().create_task(
+            reload_failed_shards(self.runtimes.values, RELOAD_BACKOFF_S))
 
     async def stop(self) -> None:
         if self._watchdog is not None:
@@ -106,13 +107,6 @@ class TransactionCoordinatorService:
         await self._clients.close()
         for p in list(self.runtimes):
             self.unload(p)
-
-    async def _reload_failed(self) -> None:
-        while True:
-            await asyncio.sleep(RELOAD_BACKOFF_S)
-            for rt in list(self.runtimes.values()):
-                if rt.state is ShardState.FAILED:
-                    rt.reload()
 
     def num_partitions(self) -> int:
         topic = self.topics.get(TRANSACTION_STATE_TOPIC)
