@@ -1600,6 +1600,11 @@ class TxnRoundTrip:
                         self.committed += nums
                         self.inflight = []
                     else:
+                        # flushed first: the records are in the log (read_committed must skip them),
+                        # and librdkafka sends EndTxn(ABORT) only once AddPartitionsToTxn was answered
+                        # (without it, an abort right after a commit races that commit's markers and
+                        # librdkafka takes the coordinator's INVALID_TXN_STATE as fatal)
+                        p.flush(60)
                         p.abort_transaction(60)
                         self.aborted += n
                 except KafkaException as e:

@@ -153,3 +153,20 @@ def test_a_marker_written_while_the_coordinator_is_asked_voids_the_offsets_verif
     assert pending(node) == {}
     plog = node.services.logs.get("__consumer_offsets", partition)
     assert plog.producer_state.ongoing == {}
+
+
+def test_an_unreadable_batch_with_a_transactional_id_is_refused_like_any_other(node):
+    """A batch whose header cannot be read (bad magic, bad length) in a request with a
+    transactional id gets the append's CORRUPT_MESSAGE, not a closed connection (found by the
+    live fuzzer: the verification read the header before the append could refuse it)."""
+    pid, epoch = init(node)
+    add(node, pid, epoch, 0)
+    bad_magic = bytearray(txn_batch(pid, epoch, 0))
+    bad_magic[rb.MAGIC] = 7
+    code, _ = produce(node, 0, bytes(bad_magic))
+    assert code == ErrorCode.corrupt_message
+    bad_length = bytearray(txn_batch(pid, epoch, 0))
+    bad_length[rb.LENGTH:rb.LENGTH + 4] = (10_000).to_bytes(4, "big")
+    code, _ = produce(node, 0, bytes(bad_length))
+    assert code == ErrorCode.corrupt_message
+    assert node.services.logs.get("t", 0).log_end_offset == 0

@@ -65,7 +65,10 @@ async def _verify(ctx: RequestContext, req: Any) -> dict[tuple[str, int], Any]:
             records = pd.records
             if not records or len(records) < rb.HEADER_SIZE:
                 continue  # refused by the append
-            h = rb.read_header(records, 0)
+            try:
+                h = rb.read_header(records, 0)
+            except rb.InvalidBatch:
+                continue  # the append refuses it (CORRUPT_MESSAGE)
             if not h.is_transactional or h.is_control:
                 continue
             tp = (td.name, pd.index)
