@@ -165,6 +165,65 @@ def test_full_disk_loses_nothing_acknowledged(disk_broker, small_disk):
     b.stop()
 
 
+def test_a_transaction_committed_while_the_disk_is_full_ends_all_or_nothing(disk_broker, small_disk):
+    """A transactional producer commits while the disk is full: the coordinator cannot write its
+    PrepareCommit record (or the markers), the client keeps retrying EndTxn, and once space is
+    freed the transaction commits whole: read_committed sees all of it, before and after a
+    SIGKILL of the broker, and no transaction is left open."""
+    import threading
+
+    b = disk_broker(**{"transaction.state.log.num.partitions": "4"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("tx", 1)])["tx"].result(10)
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "full-disk", "linger.ms": 5})
+    p.init_transactions(30)
+    p.begin_transaction()
+    values = [value("txn", i)[:200] for i in range(20)]
+    for v in values:
+        p.produce("tx", v, partition=0)
+    assert p.flush(30) == 0
+    filler = fill(small_disk)
+    outcome: list[object] = []
+
+    def commit() -> None:
+        try:
+            p.commit_transaction(90)
+            outcome.append("committed")
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcome.append(e)
+
+    t = threading.Thread(target=commit)
+    t.start()
+    time.sleep(3)
+    assert t.is_alive() or outcome, outcome  # retrying, or refused: not committed while the disk is full
+    filler.unlink()
+    t.join(100)
+    assert outcome == ["committed"], outcome
+
+    def read_committed() -> list[bytes]:
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"rc-{time.monotonic_ns()}",
+                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+        c.assign([TopicPartition("tx", 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < len(values) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        c.close()
+        return got
+
+    assert read_committed() == values
+    b.kill()
+    b.start()
+    assert read_committed() == values
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "lso", "isolation.level": "read_committed"})
+    low, high = c.get_watermark_offsets(TopicPartition("tx", 0), 10)
+    c.close()
+    assert high == len(values) + 1  # the last stable offset is past the marker: nothing left open
+    b.stop()
+
+
 def test_a_full_disk_keeps_storage_errors_per_partition(disk_broker, small_disk):
     """A produce request to two topics on a full disk: each partition gets its own answer."""
     b = disk_broker()
