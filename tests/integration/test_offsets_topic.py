@@ -16,6 +16,7 @@ from gregor.protocol.consumer_offsets import (
     partition_for,
 )
 from gregor.protocol.errors import ErrorCode
+from tests.support.waiting import wait_for
 
 
 def test_commits_are_kafka_records_in_the_groups_partition(broker):
@@ -81,8 +82,11 @@ def test_find_coordinator_for_groups_on_every_partition(broker):
     assert all(c.error_code == 0 and c.node_id == 0 and c.port == broker.port for c in r.coordinators)
     r3 = w.call(10, 3, {"key": "group-0", "key_type": 0})
     assert r3.error_code == 0 and r3.host == "127.0.0.1"
-    txn = w.call(10, 3, {"key": "my-txn", "key_type": 1})
-    assert txn.error_code == ErrorCode.transactional_id_authorization_failed
+    # a transactional id's coordinator: this broker, once __transaction_state (created by the
+    # first lookup) is led here
+    txn = wait_for(lambda: (a := w.call(10, 3, {"key": "my-txn", "key_type": 1})).error_code == 0 and a, 30,
+                   "a transaction coordinator")
+    assert txn.node_id == 0 and txn.port == broker.port
 
 
 def test_offsets_for_2000_partitions_with_1kb_metadata_survive_restart(broker):
