@@ -125,6 +125,10 @@ class MarkerChannel:
     def in_flight(self) -> int:
         return len(self._tasks)
 
+    def writing(self, transactional_id: str) -> bool:
+        """Whether markers of one of the id's transactions are being written here."""
+        return any(key[0] == transactional_id for key in self._tasks)
+
     def cancel_partition(self, state_partition: int) -> None:
         """The ``__transaction_state`` partition is no longer coordinated here: stop its sends."""
         for key, p in list(self._partition_of.items()):

@@ -55,6 +55,8 @@ log = logging.getLogger("gregor.coordinator.transaction")
 RELOAD_BACKOFF_S = 5.0
 VERIFY_VERSION = 4  # AddPartitionsToTxn between brokers (batched, verify_only)
 ADD_V2_VERSION = 5  # ... and adding for a transactions V2 producer (KIP-890 part 2)
+CONCURRENT_WAIT_S = 0.5  # how long a request may wait for the previous transaction's markers
+CONCURRENT_POLL_S = 0.001
 WRITE_TIMEOUT_S = 30.0
 
 
@@ -235,6 +237,22 @@ class TransactionCoordinatorService:
                 raise
             raise KafkaError(ErrorCode.coordinator_not_available, e.message) from None
 
+    async def _write_after_markers(self, transactional_id: str,
+                                   op: Callable[[TransactionCoordinatorShard], CoordinatorResult[Any]],
+                                   concurrent: Callable[[Any], bool]) -> Any:
+        """``_write``, but an answer of CONCURRENT_TRANSACTIONS while this broker is writing the
+        markers of the id's previous transaction waits for them (at most CONCURRENT_WAIT_S) and
+        runs the operation again: a producer that begins its next transaction right after a
+        commit (the markers take a few milliseconds) then waits that long, not its client's retry
+        backoff. The answer is what Kafka's would be once the client retried."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONCURRENT_WAIT_S
+        while True:
+            answer = await self._write(transactional_id, op)
+            if not concurrent(answer) or not self.markers.writing(transactional_id) or loop.time() >= deadline:
+                return answer
+            await asyncio.sleep(CONCURRENT_POLL_S)
+
     def _read(self, transactional_id: str, fn: Callable[[TransactionCoordinatorShard], Any]) -> Any:
         return self._runtime_for(transactional_id).read(fn)
 
@@ -244,15 +262,19 @@ class TransactionCoordinatorService:
         new_id = -1
         if self._read(transactional_id, lambda s: s.needs_new_producer_id(transactional_id)):
             new_id = await self.producer_ids.allocate()
-        result: InitProducerIdResult = await self._write(transactional_id, lambda s: s.init_producer_id(
-            transactional_id, timeout_ms, expected_producer_id, expected_epoch, new_id))
+        result: InitProducerIdResult = await self._write_after_markers(
+            transactional_id, lambda s: s.init_producer_id(transactional_id, timeout_ms, expected_producer_id,
+                                                           expected_epoch, new_id),
+            lambda r: r.error == ErrorCode.concurrent_transactions)
         return result
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: list[TopicPartition], verify_only: bool = False,
                              tv2: bool = False) -> AddPartitionsResult:
-        result: AddPartitionsResult = await self._write(transactional_id, lambda s: s.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, verify_only, tv2))
+        result: AddPartitionsResult = await self._write_after_markers(
+            transactional_id, lambda s: s.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                                         verify_only, tv2),
+            lambda r: ErrorCode.concurrent_transactions in (r.error, *r.partitions.values()))
         return result
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -305,8 +327,9 @@ class TransactionCoordinatorService:
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           group_partition: int) -> ErrorCode:
-        code: ErrorCode = await self._write(transactional_id, lambda s: s.add_offsets(
-            transactional_id, producer_id, producer_epoch, group_partition))
+        code: ErrorCode = await self._write_after_markers(
+            transactional_id, lambda s: s.add_offsets(transactional_id, producer_id, producer_epoch, group_partition),
+            lambda c: c == ErrorCode.concurrent_transactions)
         return code
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
