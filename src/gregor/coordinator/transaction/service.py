@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -58,6 +59,11 @@ ADD_V2_VERSION = 5  # ... and adding for a transactions V2 producer (KIP-890 par
 CONCURRENT_WAIT_S = 0.5  # how long a request may wait for the previous transaction's markers
 CONCURRENT_POLL_S = 0.001
 WRITE_TIMEOUT_S = 30.0
+
+
+@functools.lru_cache(maxsize=65536)
+def _cached_partition_for(transactional_id: str, partitions: int) -> int:
+    return partition_for(transactional_id, partitions)
 
 
 class TransactionReplicas(PartitionWriter, Protocol):
@@ -173,7 +179,7 @@ class TransactionCoordinatorService:
 
     # -- routing -----------------------------------------------------------------------------------
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.num_partitions())
+        return _cached_partition_for(transactional_id, self.num_partitions())
 
     def locate(self, transactional_id: str) -> tuple[int, ErrorCode, str | None]:
         """FindCoordinator for a transactional id: (node id, error, reason)."""
