@@ -2,7 +2,10 @@
 in a subprocess, Spark in local mode, against a real broker and real consumers).
 
 Timeline (seconds), telemetry every 0.5 s, status window 7 samples (3 s):
-  0     a producer writes 20 messages every 0.25 s to topic ``events`` (2 partitions);
+  0     a producer writes 20 messages every 0.3 s to topic ``events`` (2 partitions; not a divisor
+        of the telemetry interval, so that samples do not all fall at the same moment after a
+        burst: at 0.25 s each sample could find the healthy group one burst behind, never caught
+        up, and judge it WARNING);
         groups healthy, slow (2 members, 5 msg/s each, committing each one), stalled, stopped
         and rewound start consuming;
   3     stalled pauses its partitions (stays in the group, commits nothing);
@@ -79,7 +82,7 @@ class Workload:
                 p.produce(TOPIC, value=b"x" * 100, partition=i % 2)
                 self.produced[i % 2] += 1
             p.flush(5)
-            time.sleep(0.25)
+            time.sleep(0.3)
 
     def healthy(self) -> None:
         c = consumer(self.bootstrap, "healthy")
