@@ -66,46 +66,10 @@ class OffsetManager:
 
     # -- OffsetCommit ------------------------------------------------------------------------
     def commit(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:
-        def all_(code: ErrorCode) -> CoordinatorResult[CommitResult]:
-            return _every_partition(req, code)
-
-        consumer = self.ctx.consumer_groups.get(req.group_id)
-        group = self.ctx.groups.get(req.group_id)
-        if consumer is not None:
-            error, why = _validate_consumer_member(consumer, req, self.ctx.topic_metadata,
-                                                   self.ctx.config.offset_metadata_max_bytes)
-            if error is not None:
-                if error in (ErrorCode.stale_member_epoch, ErrorCode.illegal_generation):
-                    member = consumer.members[req.member_id]
-                    log.info("[GroupId %s] OffsetCommit of member %s refused: epoch %d, member epoch %d (%s)%s",
-                             req.group_id, member.member_id, req.generation_id, member.member_epoch,
-                             member.state.name, f": {why}" if why else "")
-                return all_(error)
-        elif group is None:
-            if req.generation_id >= 0:
-                # a member of a group that no longer exists (or of an older coordinator)
-                return all_(ErrorCode.illegal_generation)
-            # a group that only stores offsets: replaying the records creates it
-        else:
-            error = self._validate_member(group, req)
-            if error is not None:
-                return all_(error)
-        now = self.ctx.clock()
-        expire = now + req.retention_ms if req.retention_ms >= 0 else -1
-        records: list[Record] = []
-        errors: dict[TopicPartition, ErrorCode] = {}
-        limit = self.ctx.config.offset_metadata_max_bytes
-        for p in req.partitions:
-            tp = (p.topic, p.partition)
-            metadata = p.metadata or ""
-            if len(metadata.encode()) > limit:
-                errors[tp] = ErrorCode.offset_metadata_too_large
-            elif not self.ctx.topic_exists(p.topic, p.partition):
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-            else:
-                errors[tp] = ErrorCode.none
-                records.append((OffsetCommitKey(req.group_id, p.topic, p.partition),
-                                OffsetCommitValue(p.offset, metadata, now, p.leader_epoch, expire)))
+        error = self._refusal(req, transactional=False)
+        if error is not None:
+            return _every_partition(req, error)
+        records, errors = self._offset_records(req, req.retention_ms, check_topics=True)
         return CoordinatorResult(records, errors)
 
     # -- TxnOffsetCommit ---------------------------------------------------------------------
@@ -113,40 +77,60 @@ class OffsetManager:
                              producer_epoch: int) -> CoordinatorResult[CommitResult]:
         """TxnOffsetCommit: the offsets are written in the producer's transaction and become the
         group's committed offsets when its COMMIT marker arrives."""
-        def all_(code: ErrorCode) -> CoordinatorResult[CommitResult]:
-            return _every_partition(req, code)
+        error = self._refusal(req, transactional=True)
+        if error is not None:
+            return _every_partition(req, error)
+        records, errors = self._offset_records(req, -1, check_topics=False)
+        return CoordinatorResult(records, errors, producer_id=producer_id, producer_epoch=producer_epoch)
 
+    def _refusal(self, req: CommitRequest, transactional: bool) -> ErrorCode | None:
+        """Why the committer may not commit (Kafka's validateOffsetCommit, ``transactional`` for
+        TxnOffsetCommit); None: it may."""
         consumer = self.ctx.consumer_groups.get(req.group_id)
-        group = self.ctx.groups.get(req.group_id)
         if consumer is not None:
             error, why = _validate_consumer_member(consumer, req, self.ctx.topic_metadata,
                                                    self.ctx.config.offset_metadata_max_bytes)
-            if error is not None:
+            if error is None:
+                return None
+            if transactional:
                 if error == ErrorCode.stale_member_epoch:
                     error = ErrorCode.illegal_generation  # Kafka answers a zombie's TxnOffsetCommit so
                 log.info("[GroupId %s] TxnOffsetCommit of member %s at epoch %d refused: %s%s", req.group_id,
                          req.member_id, req.generation_id, error.name, f" ({why})" if why else "")
-                return all_(error)
-        elif group is None:
-            if req.generation_id >= 0:
-                return all_(ErrorCode.illegal_generation)
-        else:
-            error = self._validate_transactional_member(group, req)
-            if error is not None:
-                return all_(error)
+            elif error in (ErrorCode.stale_member_epoch, ErrorCode.illegal_generation):
+                member = consumer.members[req.member_id]
+                log.info("[GroupId %s] OffsetCommit of member %s refused: epoch %d, member epoch %d (%s)%s",
+                         req.group_id, member.member_id, req.generation_id, member.member_epoch,
+                         member.state.name, f": {why}" if why else "")
+            return error
+        group = self.ctx.groups.get(req.group_id)
+        if group is None:
+            # with a generation: a member of a group that no longer exists (or of an older
+            # coordinator); without: a group that only stores offsets, created by replaying them
+            return ErrorCode.illegal_generation if req.generation_id >= 0 else None
+        return self._validate_transactional_member(group, req) if transactional else self._validate_member(group, req)
+
+    def _offset_records(self, req: CommitRequest, retention_ms: int,
+                        check_topics: bool) -> tuple[list[Record], CommitResult]:
+        """The OffsetCommit records of an accepted commit and each partition's answer: metadata
+        too large is refused, and (``check_topics``) a partition that does not exist."""
         now = self.ctx.clock()
+        expire = now + retention_ms if retention_ms >= 0 else -1
         records: list[Record] = []
-        errors: dict[TopicPartition, ErrorCode] = {}
+        errors: CommitResult = {}
         limit = self.ctx.config.offset_metadata_max_bytes
         for p in req.partitions:
+            tp = (p.topic, p.partition)
             metadata = p.metadata or ""
             if len(metadata.encode()) > limit:
-                errors[(p.topic, p.partition)] = ErrorCode.offset_metadata_too_large
-                continue
-            errors[(p.topic, p.partition)] = ErrorCode.none
-            records.append((OffsetCommitKey(req.group_id, p.topic, p.partition),
-                            OffsetCommitValue(p.offset, metadata, now, p.leader_epoch, -1)))
-        return CoordinatorResult(records, errors, producer_id=producer_id, producer_epoch=producer_epoch)
+                errors[tp] = ErrorCode.offset_metadata_too_large
+            elif check_topics and not self.ctx.topic_exists(p.topic, p.partition):
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                errors[tp] = ErrorCode.none
+                records.append((OffsetCommitKey(req.group_id, p.topic, p.partition),
+                                OffsetCommitValue(p.offset, metadata, now, p.leader_epoch, expire)))
+        return records, errors
 
     @staticmethod
     def _validate_transactional_member(group: ClassicGroup, req: CommitRequest) -> ErrorCode | None:
