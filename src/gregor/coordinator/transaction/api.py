@@ -10,13 +10,21 @@ COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE), before any operation r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gregor.protocol.errors import ErrorCode
 
 TopicPartition = tuple[str, int]
+
+
+def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """Partition numbers by topic, in the order given (requests, records and answers list them so)."""
+    out: dict[str, list[int]] = {}
+    for topic, p in partitions:
+        out.setdefault(topic, []).append(p)
+    return out
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from gregor.cluster.broker_client import BrokerClients, BrokerUnreachable
 from gregor.cluster.metadata import ClusterMetadata
-from gregor.coordinator.transaction.api import TopicPartition, TxnMarkers
+from gregor.coordinator.transaction.api import TopicPartition, TxnMarkers, by_topic
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC
@@ -99,12 +99,12 @@ class MarkerChannel:
 
     def __init__(self, cluster: ClusterMetadata, topics: TopicRegistry, local: LocalMarkers,
                  complete: Callable[[TxnMarkers, frozenset[TopicPartition]], Awaitable[Any]],
-                 request_timeout_ms: int = 30_000) -> None:
+                 clients: BrokerClients) -> None:
         self.cluster = cluster
         self.topics = topics
         self.local = local
         self.complete = complete
-        self._clients = BrokerClients(f"gregor-{cluster.node_id}-txn-markers", request_timeout_ms)
+        self._clients = clients  # the service's connections to other brokers (it closes them)
         self._tasks: dict[tuple[str, int, int], asyncio.Task[None]] = {}  # (transactional id, pid, epoch)
         self._partition_of: dict[tuple[str, int, int], int] = {}  # the __transaction_state partition
 
@@ -144,7 +144,6 @@ class MarkerChannel:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        await self._clients.close()
 
     # -- one transaction ---------------------------------------------------------------------------
     async def _deliver(self, markers: TxnMarkers) -> None:
@@ -194,13 +193,10 @@ class MarkerChannel:
         broker = self.cluster.broker(leader)
         if broker is None:
             return dict.fromkeys(partitions, ErrorCode.not_leader_or_follower)
-        topics: dict[str, list[int]] = {}
-        for t, p in partitions:
-            topics.setdefault(t, []).append(p)
         body = {"markers": [{
             "producer_id": markers.producer_id, "producer_epoch": markers.producer_epoch,
             "transaction_result": markers.commit, "coordinator_epoch": markers.coordinator_epoch,
-            "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}]}
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic(partitions).items()]}]}
         try:
             client = await self._clients.for_broker(broker.node_id, broker.host, broker.port)
             response = await client.request(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gregor.coordinator.transaction.api import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartition
+from gregor.coordinator.transaction.api import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartition, by_topic
 from gregor.protocol.transaction_log import TransactionLogValue, TxnState
 
 MAX_EPOCH = 32767  # Short.MAX_VALUE
@@ -78,10 +78,7 @@ class TxnMetadata:
             raise IllegalTransition(f"{self.transactional_id}: Empty with partitions {sorted(self.partitions)}")
         partitions: tuple[tuple[str, tuple[int, ...]], ...] | None = None
         if self.state is not TxnState.EMPTY:
-            by_topic: dict[str, list[int]] = {}
-            for topic, p in self.partitions:
-                by_topic.setdefault(topic, []).append(p)
-            partitions = tuple((t, tuple(sorted(ps))) for t, ps in sorted(by_topic.items()))
+            partitions = tuple((t, tuple(ps)) for t, ps in by_topic(sorted(self.partitions)).items())
         return TransactionLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state, partitions,
                                    self.last_update_ms, self.start_ms, self.previous_producer_id,
                                    self.next_producer_id, self.client_version, version)

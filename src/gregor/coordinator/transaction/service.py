@@ -41,6 +41,7 @@ from gregor.coordinator.transaction.api import (
     TransactionConfig,
     TransactionDescription,
     TxnMarkers,
+    by_topic,
 )
 from gregor.coordinator.transaction.markers import LocalMarkers, MarkerChannel
 from gregor.coordinator.transaction.shard import RECORD_SERDE, TransactionCoordinatorShard
@@ -95,8 +96,9 @@ class TransactionCoordinatorService:
         self.runtimes: dict[int, ShardRuntime[TransactionCoordinatorShard]] = {}
         self.epochs: dict[int, int] = {}  # coordinator epoch (leader epoch) of each loaded partition
         self.local_markers = local_markers
-        self.markers = MarkerChannel(cluster, topics, local_markers, self._markers_written)
-        self._clients = BrokerClients(f"gregor-{cluster.node_id}-txn-verify", 30_000)
+        # connections to other brokers: markers (WriteTxnMarkers) and verification (AddPartitionsToTxn)
+        self._clients = BrokerClients(f"gregor-{cluster.node_id}-txn", 30_000)
+        self.markers = MarkerChannel(cluster, topics, local_markers, self._markers_written, self._clients)
         self._watchdog: asyncio.Task[None] | None = None
         replicas.on_leadership.append(self.on_leadership)
         replicas.on_high_watermark.append(self.on_high_watermark)
@@ -309,12 +311,9 @@ class TransactionCoordinatorService:
         broker = self.cluster.broker(node)
         if broker is None:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-        topics: dict[str, list[int]] = {}
-        for t, p in partitions:
-            topics.setdefault(t, []).append(p)
         body = {"transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
                                   "producer_epoch": producer_epoch, "verify_only": not add,
-                                  "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
+                                  "topics": [{"name": t, "partitions": ps} for t, ps in by_topic(partitions).items()]}]}
         try:
             client = await self._clients.for_broker(broker.node_id, broker.host, broker.port)
             response = await client.request(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_V2_VERSION if add else VERIFY_VERSION,

@@ -54,6 +54,7 @@ from gregor.coordinator.transaction.api import (
     TransactionConfig,
     TransactionDescription,
     TxnMarkers,
+    by_topic,
 )
 from gregor.coordinator.transaction.metadata import (
     COMPLETE_STATES,
@@ -482,11 +483,8 @@ class TransactionCoordinatorShard:
         m = self._committed(transactional_id)
         if m is None:
             return TransactionDescription(transactional_id, E.transactional_id_not_found)
-        topics: dict[str, list[int]] = {}
-        for topic, p in sorted(m.partitions):
-            topics.setdefault(topic, []).append(p)
         return TransactionDescription(transactional_id, E.none, m.state.kafka_name, m.producer_id, m.producer_epoch,
-                                      m.timeout_ms, m.start_ms, topics)
+                                      m.timeout_ms, m.start_ms, by_topic(sorted(m.partitions)))
 
     def list_transactions(self, states: Collection[str] = (), producer_ids: Collection[int] = (),
                           duration_ms: int = -1, transactional_id_pattern: str | None = None,
