@@ -125,9 +125,15 @@ class MarkerChannel:
     def in_flight(self) -> int:
         return len(self._tasks)
 
-    def writing(self, transactional_id: str) -> bool:
-        """Whether markers of one of the id's transactions are being written here."""
-        return any(key[0] == transactional_id for key in self._tasks)
+    async def written(self, transactional_id: str, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the markers of the id's transactions being written
+        here are written and the transactions completed; False if none were being written or
+        they did not finish in time."""
+        tasks = [task for key, task in self._tasks.items() if key[0] == transactional_id]
+        if not tasks:
+            return False
+        _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        return not pending
 
     def cancel_partition(self, state_partition: int) -> None:
         """The ``__transaction_state`` partition is no longer coordinated here: stop its sends."""

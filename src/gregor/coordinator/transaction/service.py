@@ -58,7 +58,6 @@ RELOAD_BACKOFF_S = 5.0
 VERIFY_VERSION = 4  # AddPartitionsToTxn between brokers (batched, verify_only)
 ADD_V2_VERSION = 5  # ... and adding for a transactions V2 producer (KIP-890 part 2)
 CONCURRENT_WAIT_S = 0.5  # how long a request may wait for the previous transaction's markers
-CONCURRENT_POLL_S = 0.001
 WRITE_TIMEOUT_S = 30.0
 
 
@@ -253,13 +252,10 @@ class TransactionCoordinatorService:
         runs the operation again: a producer that begins its next transaction right after a
         commit (the markers take a few milliseconds) then waits that long, not its client's retry
         backoff. The answer is what Kafka's would be once the client retried."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CONCURRENT_WAIT_S
-        while True:
+        answer = await self._write(transactional_id, op)
+        if concurrent(answer) and await self.markers.written(transactional_id, CONCURRENT_WAIT_S):
             answer = await self._write(transactional_id, op)
-            if not concurrent(answer) or not self.markers.writing(transactional_id) or loop.time() >= deadline:
-                return answer
-            await asyncio.sleep(CONCURRENT_POLL_S)
+        return answer
 
     def _read(self, transactional_id: str, fn: Callable[[TransactionCoordinatorShard], Any]) -> Any:
         return self._runtime_for(transactional_id).read(fn)
