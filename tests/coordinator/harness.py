@@ -35,7 +35,31 @@ from gregor.protocol.consumer_offsets import decode_key, decode_value, encode_ke
 DEFAULT = GroupConfig(initial_rebalance_delay_ms=0)
 
 
-class GroupShardHarness:
+class TimedHarness:
+    """What both shard harnesses share: a manual clock and timer, and ``run`` for a result."""
+
+    clock: ManualClock
+    timer: ManualTimer
+
+    def run(self, result: CoordinatorResult[Any]) -> Any:
+        raise NotImplementedError
+
+    def sleep(self, ms: int) -> list[Any]:
+        """Advance the clock, fire due timers as operations; returns the records they wrote."""
+        self.clock.now_ms += ms
+        records: list[Any] = []
+        while True:
+            due = self.timer.pop_due()
+            if not due:
+                return records
+            for _key, op in due:
+                result = op()
+                if isinstance(result, CoordinatorResult):
+                    self.run(result)
+                    records += result.records
+
+
+class GroupShardHarness(TimedHarness):
     def __init__(self, config: GroupConfig = DEFAULT, topics: dict[str, int] | None = None) -> None:
         self.clock = ManualClock()
         self.timer = ManualTimer(self.clock)
@@ -70,20 +94,6 @@ class GroupShardHarness:
             fn(None)
         self.last_records = result.records
         return result.response
-
-    def sleep(self, ms: int) -> list[Any]:
-        """Advance the clock, fire due timers as operations; returns the records they wrote."""
-        self.clock.now_ms += ms
-        records: list[Any] = []
-        while True:
-            due = self.timer.pop_due()
-            if not due:
-                return records
-            for _key, op in due:
-                result = op()
-                if isinstance(result, CoordinatorResult):
-                    self.run(result)
-                    records += result.records
 
     def load_fresh(self, timer: ManualTimer | None = None) -> GroupCoordinatorShard:
         """A new shard loaded from everything written so far, as the runtime's loader loads a

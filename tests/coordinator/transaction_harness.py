@@ -28,11 +28,12 @@ from gregor.protocol.transaction_log import (
     encode_key,
     encode_value,
 )
+from tests.coordinator.harness import TimedHarness
 
 COORDINATOR_EPOCH = 7
 
 
-class TxnHarness:
+class TxnHarness(TimedHarness):
     def __init__(self, config: TransactionConfig | None = None, coordinator_epoch: int = COORDINATOR_EPOCH) -> None:
         self.config = config if config is not None else TransactionConfig()
         self.coordinator_epoch = coordinator_epoch
@@ -66,20 +67,6 @@ class TxnHarness:
             fn(None)
         self.last_records = result.records
         return result.response
-
-    def sleep(self, ms: int) -> list[Any]:
-        """Advance the clock, fire due timers as operations; returns the records they wrote."""
-        self.clock.now_ms += ms
-        records: list[Any] = []
-        while True:
-            due = self.timer.pop_due()
-            if not due:
-                return records
-            for _key, op in due:
-                result = op()
-                if isinstance(result, CoordinatorResult):
-                    self.run(result)
-                    records += result.records
 
     def load_fresh(self, timer: ManualTimer | None = None,
                    markers: list[TxnMarkers] | None = None) -> TransactionCoordinatorShard:
