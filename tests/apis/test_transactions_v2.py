@@ -20,7 +20,7 @@ TID = "v2-producer"
 
 @pytest.fixture
 def node(in_process_broker_factory):
-    with transactional_node(in_process_broker_factory) as node:
+    with transactional_node(in_process_broker_factory, settings={"transaction.version": "2"}) as node:
         yield node
 
 

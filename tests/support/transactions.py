@@ -13,9 +13,10 @@ from gregor.protocol.errors import ErrorCode
 
 
 @contextmanager
-def transactional_node(factory: Callable[..., Any], topic_partitions: int = 2) -> Iterator[Any]:
+def transactional_node(factory: Callable[..., Any], topic_partitions: int = 2,
+                       settings: dict[str, str] | None = None) -> Iterator[Any]:
     """Groups and the transaction coordinator started, topic ``t`` created."""
-    node = factory()
+    node = factory(settings)
     node.start_groups()
     node.run(node.broker.transactions.start())
     node.services.topics.create_topic("t", topic_partitions, {})
