@@ -134,3 +134,85 @@ def test_a_retried_end_gets_the_same_answer(node):
     first = end(node, pid, epoch, True)
     settled(node)
     assert end(node, pid, epoch, True) == first  # the client did not hear the first answer
+
+
+def test_the_next_transaction_waits_for_the_last_ones_markers(node):
+    """V2 bumps the epoch at the end, so the producer begins its next transaction at once; while
+    the last one's marker is not yet in a partition (its transaction still ongoing there), a batch
+    of the next one must be verified with the coordinator (busy: CONCURRENT_TRANSACTIONS), not
+    slipped into the transaction that is being committed (Kafka checks the ongoing transaction's
+    epoch, not only its producer id)."""
+    pid, epoch = init(node)
+    assert produce(node, 0, pid, epoch, 0, b"first") == ErrorCode.none
+    gate = asyncio.Event()
+    original = node.services.replicas.write_txn_marker
+
+    async def held(topic, partition, *a, **kw):
+        if (topic, partition) == ("t", 0):
+            await gate.wait()
+        return await original(topic, partition, *a, **kw)
+
+    node.services.replicas.write_txn_marker = held
+    code, _, epoch = end(node, pid, epoch, True)
+    assert code == ErrorCode.none
+    # the next transaction's first batch, before the commit's marker is written in partition 0
+    assert produce(node, 0, pid, epoch, 0, b"next, aborted") != ErrorCode.none
+    assert node.services.logs.get("t", 0).log_end_offset == 1
+    gate.set()
+    settled(node)
+    assert produce(node, 0, pid, epoch, 0, b"next, aborted") == ErrorCode.none
+    assert end(node, pid, epoch, False)[0] == ErrorCode.none
+    settled(node)
+    assert committed_values(node, 0) == [b"first"]
+
+
+def test_a_batch_of_the_next_transaction_verified_across_the_last_ones_marker_is_appended(node):
+    """The same, with the marker written while the coordinator holds the next transaction's
+    verification (it waits for the markers): the V2 marker carries the epoch the next transaction
+    runs at, so it does not void that transaction's verification (Kafka keeps a V2 guard of the
+    marker's epoch); the batch is appended in the next transaction, which commits on its own."""
+    pid, epoch = init(node)
+    assert produce(node, 0, pid, epoch, 0, b"first") == ErrorCode.none
+    gate = asyncio.Event()
+    original = node.services.replicas.write_txn_marker
+
+    async def held(topic, partition, *a, **kw):
+        if (topic, partition) == ("t", 0):
+            await gate.wait()
+        return await original(topic, partition, *a, **kw)
+
+    node.services.replicas.write_txn_marker = held
+    code, _, epoch = end(node, pid, epoch, True)
+    assert code == ErrorCode.none
+    node.loop.call_later(0.1, gate.set)  # while the coordinator waits for the markers
+    assert produce(node, 0, pid, epoch, 0, b"second") == ErrorCode.none
+    assert end(node, pid, epoch, True)[0] == ErrorCode.none
+    settled(node)
+    assert committed_values(node, 0) == [b"first", b"second"]
+    plog = node.services.logs.get("t", 0)
+    assert plog.producer_state.ongoing == {} and plog.last_stable_offset == plog.high_watermark
+
+
+def test_ending_the_next_transaction_while_the_last_ones_markers_are_written(node):
+    """franz-go under V2 aborts a transaction whose produces were all refused (to clear anything
+    they registered): that EndTxn, at the epoch the last end gave, can come while the last
+    transaction's markers are still being written. Kafka would answer PRODUCER_FENCED (a fatal
+    error) in that window; the coordinator waits for the markers instead and answers as it then
+    would: the abort of an empty transaction, epoch bumped."""
+    pid, epoch = init(node)
+    assert produce(node, 0, pid, epoch, 0, b"first") == ErrorCode.none
+    gate = asyncio.Event()
+    original = node.services.replicas.write_txn_marker
+
+    async def held(topic, partition, *a, **kw):
+        if (topic, partition) == ("t", 0):
+            await gate.wait()
+        return await original(topic, partition, *a, **kw)
+
+    node.services.replicas.write_txn_marker = held
+    code, _, epoch = end(node, pid, epoch, True)
+    assert code == ErrorCode.none
+    node.loop.call_later(0.1, gate.set)
+    assert end(node, pid, epoch, False) == (ErrorCode.none, pid, epoch + 1)
+    settled(node)
+    assert committed_values(node, 0) == [b"first"]

@@ -73,7 +73,8 @@ async def _verify(ctx: RequestContext, req: Any) -> dict[tuple[str, int], Any]:
                 continue
             tp = (td.name, pd.index)
             try:
-                guard = ctx.replicas.start_txn_verification(td.name, pd.index, h.producer_id)
+                guard = ctx.replicas.start_txn_verification(td.name, pd.index, h.producer_id, h.producer_epoch,
+                                                             ctx.version >= 12)
             except KafkaError as e:
                 guards[tp] = e
                 continue

@@ -32,7 +32,8 @@ async def _verify(ctx: RequestContext, req: Any) -> Any:
         return NO_VERIFICATION
     partition = ctx.groups.partition_for(req.group_id)
     try:
-        guard = ctx.replicas.start_txn_verification(OFFSETS_TOPIC, partition, req.producer_id)
+        guard = ctx.replicas.start_txn_verification(OFFSETS_TOPIC, partition, req.producer_id,
+                                                   req.producer_epoch, tv2)
     except KafkaError as e:
         raise KafkaError(ErrorCode.not_coordinator, e.message) from None
     if guard is None:

@@ -70,12 +70,17 @@ class ProducerEntry:
 
 
 class VerificationGuard:
-    """One verification of a producer's transaction with its coordinator (compared by identity)."""
+    """One verification of a producer's transaction with its coordinator (compared by identity).
+    ``epoch``: the lowest epoch of the batches it verifies; ``epoch_bump``: they come from a
+    transactions V2 producer (Produce v12+, TxnOffsetCommit v5+), whose markers carry the epoch
+    its next transaction runs at (Kafka's VerificationStateEntry)."""
 
-    __slots__ = ("producer_id",)
+    __slots__ = ("epoch", "epoch_bump", "producer_id")
 
-    def __init__(self, producer_id: int) -> None:
+    def __init__(self, producer_id: int, epoch: int, epoch_bump: bool) -> None:
         self.producer_id = producer_id
+        self.epoch = epoch
+        self.epoch_bump = epoch_bump
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,23 +116,38 @@ class ProducerStateManager:
         self.verifications: dict[int, VerificationGuard] = {}
 
     # -- transaction verification (KIP-890) ----------------------------------------------------
-    def start_verification(self, producer_id: int) -> VerificationGuard | None:
-        """Before a transactional batch is appended: None if the producer's transaction is ongoing
-        here already (its coordinator said so when it started), else a new guard, valid until a
-        marker of the producer is appended, for the batch to bring once the coordinator confirmed
-        that this partition is in the ongoing transaction."""
-        if producer_id in self.ongoing:
+    def _in_ongoing_txn(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether a batch at ``producer_epoch`` belongs to the producer's transaction ongoing
+        here (Kafka's hasOngoingTransaction: the same epoch; with transactions V2 the next
+        transaction runs at a bumped epoch while the last one's marker may not be here yet)."""
+        if producer_id not in self.ongoing:
+            return False
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.epoch == producer_epoch
+
+    def start_verification(self, producer_id: int, producer_epoch: int,
+                           epoch_bump: bool = False) -> VerificationGuard | None:
+        """Before a transactional batch is appended: None if it belongs to the producer's
+        transaction ongoing here already (its coordinator said so when it started), else the
+        guard, valid until a marker of the producer is appended (for a V2 producer, a marker of
+        an older epoch: the one at the guard's epoch ends the last transaction, the batch begins
+        the next), for the batch to bring once the coordinator confirmed that this partition is
+        in the ongoing transaction. One guard per producer, shared by concurrent checks and
+        dropped when a transactional batch of the producer is appended."""
+        if self._in_ongoing_txn(producer_id, producer_epoch):
             return None
         guard = self.verifications.get(producer_id)
         if guard is None:
-            guard = self.verifications[producer_id] = VerificationGuard(producer_id)
+            guard = self.verifications[producer_id] = VerificationGuard(producer_id, producer_epoch, epoch_bump)
+        elif producer_epoch > guard.epoch:
+            guard.epoch, guard.epoch_bump = producer_epoch, epoch_bump
         return guard
 
     def check_verification(self, h: BatchHeader, guard: VerificationGuard | None) -> None:
         """A verified transactional batch (``guard`` from start_verification, or None when its
         transaction was ongoing then) may start a transaction only with the guard still valid:
         INVALID_TXN_STATE if a marker ended the transaction while it was being verified."""
-        if not h.is_transactional or h.producer_id in self.ongoing:
+        if not h.is_transactional or self._in_ongoing_txn(h.producer_id, h.producer_epoch):
             return
         if guard is None or self.verifications.get(h.producer_id) is not guard:
             raise KafkaError(ErrorCode.invalid_txn_state,
@@ -214,9 +234,13 @@ class ProducerStateManager:
             entry.batches.append(BatchMeta(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset,
                                            h.max_timestamp))
         entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
-        if h.is_transactional and entry.txn_first_offset is None:
-            entry.txn_first_offset = h.base_offset
-            self.ongoing[h.producer_id] = h.base_offset
+        if h.is_transactional:
+            # the transaction has its first offset here: its verification is done (Kafka's
+            # LogAppendInfo clears the VerificationStateEntry on every transactional append)
+            self.verifications.pop(h.producer_id, None)
+            if entry.txn_first_offset is None:
+                entry.txn_first_offset = h.base_offset
+                self.ongoing[h.producer_id] = h.base_offset
 
     # -- transaction markers -----------------------------------------------------------------
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
@@ -253,7 +277,9 @@ class ProducerStateManager:
             entry.set_epoch(producer_epoch)
         entry.coordinator_epoch = coordinator_epoch
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
-        self.verifications.pop(producer_id, None)
+        guard = self.verifications.get(producer_id)
+        if guard is not None and not (guard.epoch_bump and guard.epoch == producer_epoch):
+            del self.verifications[producer_id]
         first = entry.txn_first_offset
         if first is None:
             return None

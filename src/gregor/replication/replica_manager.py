@@ -115,11 +115,14 @@ class ReplicaManager(ABC):
         NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT or NOT_LEADER_OR_FOLLOWER).
         ``verification``: the KIP-890 guard of a transactional batch (start_txn_verification)."""
 
-    def start_txn_verification(self, topic: str, partition: int, producer_id: int) -> Any:
-        """Before a producer's transactional batch is appended (KIP-890): None when its transaction
-        is ongoing in the partition, else the guard its append must bring once the coordinator
-        confirmed the partition is in the transaction (see log/producer_state.py)."""
-        return self.leader_partition(topic, partition).log.producer_state.start_verification(producer_id)
+    def start_txn_verification(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                               epoch_bump: bool = False) -> Any:
+        """Before a producer's transactional batch is appended (KIP-890): None when it belongs to
+        the producer's transaction ongoing in the partition (same epoch), else the guard its
+        append must bring once the coordinator confirmed the partition is in the transaction (see
+        log/producer_state.py). ``epoch_bump``: the producer runs transactions V2."""
+        state = self.leader_partition(topic, partition).log.producer_state
+        return state.start_verification(producer_id, producer_epoch, epoch_bump)
 
     @abstractmethod
     def append_internal(self, topic: str, partition: int, batch: bytes, verification: Any = NO_VERIFICATION) -> int:

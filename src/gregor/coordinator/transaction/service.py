@@ -338,8 +338,14 @@ class TransactionCoordinatorService:
         new_id = -1
         if tv2 and self._read(transactional_id, lambda s: s.needs_new_producer_id(transactional_id)):
             new_id = await self.producer_ids.allocate()
-        result: EndTxnResult = await self._write(transactional_id, lambda s: s.end_txn(
-            transactional_id, producer_id, producer_epoch, commit, tv2, new_id))
+        # While the last transaction's markers are being written, a retried end is answered
+        # CONCURRENT_TRANSACTIONS and a V2 producer's next end (at the epoch the last one gave)
+        # PRODUCER_FENCED, as Kafka's would: both are answered once the markers are written
+        # instead, as they would be then (franz-go aborts right after a commit when its produces
+        # were refused, and PRODUCER_FENCED is fatal to it).
+        result: EndTxnResult = await self._write_after_markers(
+            transactional_id, lambda s: s.end_txn(transactional_id, producer_id, producer_epoch, commit, tv2, new_id),
+            lambda r: r.error in (ErrorCode.concurrent_transactions, ErrorCode.producer_fenced))
         return result
 
     async def _markers_written(self, markers: TxnMarkers, dropped: frozenset[TopicPartition]) -> None:
