@@ -7,7 +7,9 @@ side by side in one run:
    producers committing every 100 and every 1,000 records (begin, produce, commit_transaction,
    which flushes). Records/s, MB/s, the broker's CPU seconds per GB, and the ratio to the
    non-transactional producer (goal: >= 0.7x with 1,000-record transactions). ``--rounds`` runs
-   of each, in alternating order; the median is reported.
+   of each, in alternating order; the median is reported. The same runs follow against
+   librdkafka's in-process mock cluster (a broker that costs nothing): the client's own ceiling
+   for each ratio (``--no-ceiling`` skips them).
 2. Commit latency (``commit``): a transactional producer produces 100 records (or 1), flushes
    them (delivered, so what follows is the commit alone), then times ``commit_transaction()``
    (EndTxn to the coordinator, the PrepareCommit record, the markers, the CompleteCommit
@@ -115,10 +117,13 @@ class Failures:
 
 # -- 1. produce throughput ------------------------------------------------------------------------
 
-def produce_run(bootstrap: str, mode: str, n: int, size: int, pid: int) -> dict[str, Any]:
-    """One run: ``mode`` is "idempotent" or "txn-<records per transaction>"."""
+def produce_run(bootstrap: str, mode: str, n: int, size: int, pid: int | None) -> dict[str, Any]:
+    """One run: ``mode`` is "idempotent" or "txn-<records per transaction>". ``pid``: the broker
+    process whose CPU is counted; None for librdkafka's mock cluster (in this process; it creates
+    topics on first use)."""
     topic = f"txbench-{mode}-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic)
+    if pid is not None:
+        create_topic(bootstrap, topic)
     failed = Failures()
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, **BASE_PRODUCER, "on_delivery": failed}
     per_txn = int(mode.split("-")[1]) if mode.startswith("txn-") else 0
@@ -136,7 +141,7 @@ def produce_run(bootstrap: str, mode: str, n: int, size: int, pid: int) -> dict[
     else:
         p.produce(topic, payload)
         p.flush(30)
-    c0 = process_cpu(pid)
+    c0 = process_cpu(pid) if pid is not None else 0.0
     start = time.perf_counter()
     commits = 0
     if per_txn:
@@ -153,17 +158,18 @@ def produce_run(bootstrap: str, mode: str, n: int, size: int, pid: int) -> dict[
         if p.flush(120):
             raise RuntimeError(f"{mode}: records not delivered within 120 s")
     elapsed = time.perf_counter() - start
-    cpu = process_cpu(pid) - c0
+    cpu = process_cpu(pid) - c0 if pid is not None else float("nan")
     failed.check(mode)
     return {"mode": mode, "records": n, "seconds": elapsed, "records_s": n / elapsed,
             "mb_s": n * size / 1e6 / elapsed, "transactions": commits,
             "broker_cpu_s_per_gb": cpu / (n * size / 1e9)}
 
 
-def produce_section(args: argparse.Namespace, bootstrap: str, pid: int, say: Callable[[str], None]) -> dict[str, Any]:
+def produce_section(args: argparse.Namespace, bootstrap: str, pid: int | None, say: Callable[[str], None],
+                    broker: str = "Gregor") -> dict[str, Any]:
     modes = ["idempotent", "txn-100", "txn-1000"]
-    say(f"Produce throughput: {args.records:,} records of {args.size} bytes per run, acks=all, one partition, "
-        f"{args.rounds} round(s) in alternating order")
+    say(f"Produce throughput against {broker}: {args.records:,} records of {args.size} bytes per run, acks=all, "
+        f"one partition, {args.rounds} round(s) in alternating order")
     # a discarded run first: the broker's first segments, the page cache, the client's start
     produce_run(bootstrap, "idempotent", min(args.records, 20_000), args.size, pid)
     runs: list[dict[str, Any]] = []
@@ -173,8 +179,9 @@ def produce_section(args: argparse.Namespace, bootstrap: str, pid: int, say: Cal
             run = produce_run(bootstrap, mode, args.records, args.size, pid)
             run["round"] = r
             runs.append(run)
+            cpu = (f"; broker CPU {run['broker_cpu_s_per_gb']:.1f} s/GB" if pid is not None else "")
             say(f"  round {r + 1} {mode:10s} {run['records_s']:>9,.0f} records/s {run['mb_s']:7.1f} MB/s "
-                f"({run['transactions']} transactions; broker CPU {run['broker_cpu_s_per_gb']:.1f} s/GB)")
+                f"({run['transactions']} transactions{cpu})")
     median = {m: {k: statistics.median(x[k] for x in runs if x["mode"] == m)
                   for k in ("records_s", "mb_s", "broker_cpu_s_per_gb")} for m in modes}
     base = median["idempotent"]["records_s"]
@@ -323,6 +330,11 @@ def summary(result: dict[str, Any], say: Callable[[str], None]) -> None:
             ratio = f"{pr['ratios'][mode]:.2f}x" if mode in pr["ratios"] else "1.00x"
             goal = ">=0.70x" if mode == "txn-1000" else ""
             say(f"{label:44s} {pr['median'][mode]['records_s']:>14,.0f} {ratio:>8s} {goal:>8s}")
+    if "produce_ceiling" in result:
+        ce = result["produce_ceiling"]
+        for mode in ("txn-100", "txn-1000"):
+            say(f"{f'  client ceiling (mock broker), {mode}':44s} {ce['median'][mode]['records_s']:>14,.0f} "
+                f"{ce['ratios'][mode]:>7.2f}x")
     if "commit" in result:
         for size, fig in result["commit"]["sizes"].items():
             say(f"{f'commit_transaction, {size}-record txn p50/p99':44s} "
@@ -339,6 +351,8 @@ def summary(result: dict[str, Any], say: Callable[[str], None]) -> None:
                    f"txn-1000/idempotent {result['produce']['ratios']['txn-1000']:.2f}x"]
     if "fetch" in result:
         ratios.append(f"read_committed/read_uncommitted {result['fetch']['ratio']:.2f}x")
+    if "produce_ceiling" in result:
+        ratios += [f"client ceiling txn-1000/idempotent {result['produce_ceiling']['ratios']['txn-1000']:.2f}x"]
     if ratios:
         say("ratios: " + ", ".join(ratios))
 
@@ -366,6 +380,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--only", type=_sections, metavar="PART[,PART]",
                     help=f"run these parts only, of {', '.join(SECTIONS)}")
     ap.add_argument("--json", action="store_true", help="the figures as JSON on stdout, the text on stderr")
+    ap.add_argument("--no-ceiling", action="store_true",
+                    help="skip the produce runs against librdkafka's mock cluster (the client's own ceiling)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker config override (repeatable)")
     args = ap.parse_args(argv)
@@ -390,6 +406,13 @@ def main(argv: list[str] | None = None) -> int:
             result["commit"] = commit_section(args, bootstrap, say)
         if "fetch" in args.only:
             result["fetch"] = fetch_section(args, bootstrap, proc.pid, say)
+    if "produce" in args.only and not args.no_ceiling:
+        # the same runs against librdkafka's in-process mock cluster, which answers every request at
+        # once: what this client reaches when the broker costs nothing, so how much of the
+        # transactional penalty is the client's own (it enqueues a transaction's records, then
+        # waits for the commit, while an idempotent stream overlaps the two)
+        with peers.mock_cluster() as mock:
+            result["produce_ceiling"] = produce_section(args, mock, None, say, "librdkafka's mock cluster")
     summary(result, say)
     if args.json:
         print(json.dumps(result, indent=2))
