@@ -5,7 +5,9 @@ from gregor.config import LONG_MAX, BrokerConfig, ConfigError, read_properties
 
 def test_defaults():
     c = BrokerConfig.from_mapping({})
-    assert c.listener() == ("127.0.0.1", 9092)
+    (listener,) = c.listeners().bound
+    assert (listener.name, listener.protocol, listener.host, listener.port) == ("PLAINTEXT", "PLAINTEXT", "127.0.0.1",
+                                                                                9092)
     assert str(c.data_dir) == "gregor-data"
     assert c.retention_ms == 168 * 3600 * 1000
     assert c["log.flush.interval.messages"] == LONG_MAX
@@ -51,7 +53,7 @@ def test_stock_kafka_keys_are_accepted_and_listed(tmp_path):
     assert "num.network.threads" in c.ignored
     assert c["zookeeper.connect"] == "localhost:2181" and c["offsets.topic.replication.factor"] == 1
     assert c["num.partitions"] == 3 and str(c.data_dir) == "/tmp/x"
-    assert c.listener() == ("0.0.0.0", 9092)
+    assert [(x.host, x.port) for x in c.listeners().bound] == [("", 9092)]
 
 
 def test_override_syntax():

@@ -16,6 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gregor"
 
 # The broker, bottom to top: a part may import its own layer and the layers below.
 BROKER_LAYERS: list[set[str]] = [
+    {"security"},
     {"config", "atomic_file"},
     {"protocol", "assignment"},
     {"log"},
@@ -31,7 +32,7 @@ BROKER_LAYERS: list[set[str]] = [
 # Clients of the broker: they speak the wire formats (protocol/) and never import the broker's
 # internals, so the Spark side and the CLI run without them.
 CLIENTS = {"admin", "spark", "lagreport"}
-CLIENT_MAY_IMPORT = {"config", "atomic_file", "protocol", "assignment"} | CLIENTS
+CLIENT_MAY_IMPORT = {"config", "atomic_file", "protocol", "assignment", "security"} | CLIENTS
 
 
 def _layer_of(part: str) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 
@@ -18,6 +19,9 @@ from gregor.config import BrokerConfig, parse_http_listener
 from gregor.housekeeping import run_housekeeping
 from gregor.log.storage_errors import FD_CACHE
 from gregor.metrics.http import serve_metrics
+from gregor.security.authenticator import build_listener_security
+from gregor.security.listeners import Listener as SecurityListener
+from gregor.security.listeners import listener_setting
 from gregor.server.listener import Listener
 
 log = logging.getLogger(__name__)
@@ -46,13 +50,13 @@ class Broker:
         self.telemetry = parts.telemetry
         self.services = parts.services
         self.membership = parts.membership
-        self.listener: Listener | None = None
+        self.listeners: list[Listener] = []
         self.metrics_server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._halting = False
 
     def _connection_count(self) -> int:
-        return len(self.listener.connections) if self.listener is not None else 0
+        return len(self.listeners[0].connections) if self.listeners else 0  # the listeners share the set
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open_storage(self) -> None:
@@ -68,27 +72,45 @@ class Broker:
         await self.transactions.start()
         if self.telemetry is not None:
             self.telemetry.start()
-        host, port = self.config.listener()
-        self.listener = Listener(self.config, self.services)
-        bound = await self.listener.start(host, port, serve=False)
-        adv_host, adv_port = self.config.advertised()
-        self.cluster.set_endpoint(adv_host, adv_port or bound)
+        configured = self.config.listeners()
+        endpoints = []
+        first: Listener | None = None
+        for spec in configured.bound:
+            security = build_listener_security(
+                spec, functools.partial(listener_setting, self.config, spec.name), self.services.credentials.lookup)
+            listener = Listener(self.config, self.services, security, *(
+                (first.limits, first.dispatcher, first.connections) if first is not None else ()))
+            first = first or listener
+            self.listeners.append(listener)
+            bound = await listener.start(spec.host or "0.0.0.0", spec.port, serve=False)
+            adv = configured.advertised_named(spec.name)
+            endpoints.append(SecurityListener(spec.name, spec.protocol, adv.host or "127.0.0.1", adv.port or bound))
+        self.cluster.set_endpoints(tuple(endpoints), configured.inter_broker)
         # as Kafka's KafkaServer.startup: requests are processed once the broker has joined (a
         # broker answering before it knows its cluster made librdkafka drop every broker it knew)
-        await self.membership.join(adv_host, adv_port or bound)
-        await self.listener.start_serving()
+        await self.membership.join(tuple(endpoints), configured.inter_broker)
+        for listener in self.listeners:
+            await listener.start_serving()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(run_housekeeping(self.config, self.logs, self.metrics, self.telemetry)))
         if self.metrics is not None and self.config["metrics.listener"]:
             mhost, mport = parse_http_listener(self.config["metrics.listener"])
             self.metrics_server = await serve_metrics(self.metrics.registry, mhost, mport)
-        log.info("Gregor broker %d (cluster %s) listening on %s:%d, data in %s", self.node_id,
-                 self.cluster.cluster_id, host, bound, self.data_dir)
+        log.info("Gregor broker %d (cluster %s) listening on %s, data in %s", self.node_id, self.cluster.cluster_id,
+                 ", ".join(f"{spec.name}://{spec.host or '0.0.0.0'}:{lst.bound_port} ({spec.protocol})"
+                           for spec, lst in zip(configured.bound, self.listeners, strict=True)), self.data_dir)
 
     @property
     def bound_port(self) -> int:
-        assert self.listener is not None
-        return self.listener.bound_port
+        """The first listener's port."""
+        assert self.listeners
+        return self.listeners[0].bound_port
+
+    def bound_port_of(self, name: str) -> int:
+        for spec, listener in zip(self.config.listeners().bound, self.listeners, strict=True):
+            if spec.name == name:
+                return listener.bound_port
+        raise KeyError(name)
 
     async def _final_telemetry(self) -> None:
         """One last telemetry write when the broker stops, so that what it served since its last
@@ -105,8 +127,8 @@ class Broker:
         """Leave what the broker belongs to (a cluster: controlled shutdown), stop accepting, let
         in-flight requests finish (bounded), flush, close the logs."""
         await self.membership.leave(self._final_telemetry)
-        if self.listener is not None:
-            self.listener.stop_accepting()
+        for listener in self.listeners:
+            listener.stop_accepting()
         if self.metrics_server is not None:
             self.metrics_server.close()
         for t in self._tasks:
@@ -114,8 +136,8 @@ class Broker:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        if self.listener is not None:
-            await self.listener.close()
+        for listener in self.listeners:
+            await listener.close()
         await self.membership.finish(self._final_telemetry)
         await self.transactions.stop()
         await self.groups.stop()
@@ -139,8 +161,8 @@ class Broker:
         asyncio.get_running_loop().create_task(self._halt())
 
     async def _halt(self) -> None:
-        if self.listener is not None:
-            self.listener.stop_accepting()
+        for listener in self.listeners:
+            listener.stop_accepting()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.membership.abandon(), HALT_GRACE_S)
         logging.shutdown()

@@ -18,6 +18,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from gregor import __version__
 from gregor.admin import groups_cli, topics_cli, transactions_cli
@@ -70,6 +71,7 @@ def serve(args: argparse.Namespace) -> int:
     from gregor.broker import Broker
     from gregor.config import BrokerConfig
     from gregor.log.log_manager import DataDirInUse
+    from gregor.security.authenticator import SecurityConfigError
     from gregor.server.allocator import tune_allocator
 
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
@@ -77,8 +79,9 @@ def serve(args: argparse.Namespace) -> int:
     try:
         config = BrokerConfig.from_sources(args.properties, args.override)
         config.data_dir  # noqa: B018 - validates log.dirs
-        config.listener()
-    except ConfigError as e:
+        config.listeners()
+        check_listener_security(config)
+    except (ConfigError, SecurityConfigError) as e:
         print(f"gregor: configuration error: {e}", file=sys.stderr)
         return 2
     for key in config.ignored:
@@ -128,3 +131,15 @@ def serve(args: argparse.Namespace) -> int:
 
         uvloop.install()
     return asyncio.run(run())
+
+
+def check_listener_security(config: Any) -> None:
+    """Build every listener's TLS context and SASL settings once before starting, so that a bad
+    key store or JAAS entry is a configuration error, not a failure half-way through the start."""
+    import functools
+
+    from gregor.security.authenticator import build_listener_security
+    from gregor.security.listeners import listener_setting
+
+    for spec in config.listeners().bound:
+        build_listener_security(spec, functools.partial(listener_setting, config, spec.name), lambda _u, _m: None)

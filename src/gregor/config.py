@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from gregor.security.listeners import ListenerConfigError, Listeners, parse_listeners, protocol_map
+
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
@@ -169,6 +171,50 @@ def _zk_connect(v: str) -> str:
     return v.strip()
 
 
+def _text(v: str) -> str:
+    return v.strip()
+
+
+def _csv_upper(v: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p.strip().upper() for p in v.split(",") if p.strip()))
+
+
+def _csv(v: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p.strip() for p in v.split(",") if p.strip()))
+
+
+def _protocol_map(v: str) -> str:
+    try:
+        protocol_map(v)
+    except ListenerConfigError as e:
+        raise ValueError(str(e)) from None
+    return v.strip()
+
+
+def _store_type(v: str) -> str:
+    s = v.strip().upper()
+    if s not in ("PEM", "PKCS12", "JKS"):
+        raise ValueError("must be PEM, PKCS12 or JKS (JKS is accepted in configs but cannot be read here: "
+                         "convert it with keytool -importkeystore -deststoretype PKCS12)")
+    return s
+
+
+def _tls_versions(v: str) -> tuple[str, ...]:
+    parts = _csv(v)
+    bad = [p for p in parts if p not in ("TLSv1.2", "TLSv1.3")]
+    if not parts or bad:
+        raise ValueError("must list TLSv1.2 and/or TLSv1.3 (older TLS versions are not served)")
+    return parts
+
+
+def _authorizer(v: str) -> str:
+    s = v.strip()
+    if s:
+        raise ValueError("ACL authorization is not available yet: leave authorizer.class.name empty (a broker that "
+                         "silently ignored it would let every principal do everything)")
+    return s
+
+
 def _nonempty(v: str) -> str:
     if not v.strip():
         raise ValueError("must not be empty")
@@ -208,6 +254,48 @@ KEYS: dict[str, Key] = {
         Key("connections.max.idle.ms", _int_range(-(2**63), LONG_MAX), 600000,
             "close connections with no traffic for this long (negative: never)"),
         Key("max.connections", _POS_INT, INT_MAX, "connections served at once; further ones wait unread"),
+        # -- security (docs/security.md): listeners, TLS, SASL, Kafka's keys and defaults ---------------
+        Key("listener.security.protocol.map", _protocol_map, None,
+            "NAME:PROTOCOL per listener (default: PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL map to themselves)"),
+        Key("inter.broker.listener.name", _text, None, "the listener brokers connect to each other on"),
+        Key("security.inter.broker.protocol", _choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), None,
+            "the inter-broker listener by protocol (default PLAINTEXT), when inter.broker.listener.name is not set"),
+        Key("sasl.enabled.mechanisms", _csv_upper, ("GSSAPI",),
+            "SASL mechanisms served (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; Kafka's default GSSAPI "
+            "is not served)"),
+        Key("sasl.mechanism.inter.broker.protocol", _text, "GSSAPI",
+            "the SASL mechanism a broker authenticates to the others with"),
+        Key("sasl.jaas.config", _text, None,
+            "JAAS login module configuration (Kafka's form; per listener and mechanism as "
+            "listener.name.<listener>.<mechanism>.sasl.jaas.config)"),
+        Key("sasl.server.max.receive.size", _int_range(1, INT_MAX), 524288,
+            "the largest SASL token accepted before authentication"),
+        Key("connections.max.reauth.ms", _POS_LONG, 0,
+            "KIP-368: a SASL session's lifetime; a client re-authenticates before it ends or is disconnected "
+            "(0: sessions do not expire)"),
+        Key("connection.failed.authentication.delay.ms", _POS_INT, 100,
+            "how long a failed authentication's answer (and the close that follows) is delayed"),
+        Key("ssl.keystore.type", _store_type, "JKS", "PEM or PKCS12 (JKS must be converted)"),
+        Key("ssl.keystore.location", _text, None, "the server's certificate chain and private key"),
+        Key("ssl.keystore.password", _text, None, "the PKCS12 keystore's password"),
+        Key("ssl.key.password", _text, None, "the password of an encrypted private key"),
+        Key("ssl.keystore.certificate.chain", _text, None, "PEM certificate chain given inline"),
+        Key("ssl.keystore.key", _text, None, "PEM private key given inline"),
+        Key("ssl.truststore.type", _store_type, "JKS", "PEM or PKCS12"),
+        Key("ssl.truststore.location", _text, None, "the certificates (CAs) peers are verified against"),
+        Key("ssl.truststore.password", _text, None, "the PKCS12 truststore's password"),
+        Key("ssl.truststore.certificates", _text, None, "PEM trusted certificates given inline"),
+        Key("ssl.client.auth", _choice("none", "requested", "required"), "none",
+            "whether TLS clients must (required) or may (requested) present a certificate"),
+        Key("ssl.enabled.protocols", _tls_versions, ("TLSv1.2", "TLSv1.3"), "TLS versions served"),
+        Key("ssl.protocol", _text, "TLSv1.3", "accepted for compatibility (ssl.enabled.protocols decides)",
+            applies=False),
+        Key("ssl.cipher.suites", _csv, (), "OpenSSL cipher names for TLS 1.2 (default: Python's secure set)"),
+        Key("ssl.endpoint.identification.algorithm", _text, "https",
+            "https: a broker checks the host name of the brokers it connects to against their certificates"),
+        Key("ssl.principal.mapping.rules", _text, "DEFAULT",
+            "rules mapping a client certificate's distinguished name to a principal name"),
+        Key("authorizer.class.name", _authorizer, "", "ACL authorization (not available yet)"),
         Key("max.connections.per.ip", _POS_INT, INT_MAX, "connections per client address; further ones are closed"),
         Key("max.connections.per.ip.overrides", _ip_overrides, "",
             "per-address exceptions, e.g. 127.0.0.1:200,hostName:100"),
@@ -363,11 +451,12 @@ KEYS: dict[str, Key] = {
 _IGNORED_PREFIXES = (
     "num.network.threads", "num.io.threads", "num.replica.", "num.recovery.threads.per.data.dir",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "zookeeper.ssl.", "zookeeper.set.acl",
-    "zookeeper.clientCnxnSocket", "controller.", "process.roles", "inter.broker.",
-    "listener.security.protocol.map", "replica.socket.receive.buffer.bytes",
+    "zookeeper.clientCnxnSocket", "controller.", "process.roles", "inter.broker.protocol.version",
+    "replica.socket.receive.buffer.bytes",
     "replica.fetch.min.bytes.", "replica.alter.log.dirs.", "log.preallocate",
     "queued.max.requests", "background.threads", "compression.type", "group.coordinator.",
-    "group.consumer.", "share.", "sasl.", "ssl.", "security.", "authorizer.", "metric.reporters",
+    "group.consumer.", "share.", "sasl.kerberos.", "sasl.login.", "ssl.keymanager.", "ssl.trustmanager.",
+    "ssl.secure.random.", "ssl.engine.factory.", "ssl.provider", "metric.reporters",
     "confluent.", "log.message.format.version", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
     "log.cleaner.io.", "num.partitions.", "offsets.topic.compression",
 )
@@ -380,10 +469,22 @@ def _ratio(v: str) -> float:
     return f
 
 
+LISTENER_PREFIX = "listener.name."
+# listener.name.<listener>.<mechanism>.sasl.<key>: a SASL mechanism's settings on one listener
+_MECHANISM_KEY = re.compile(r"([a-z0-9_-]+)\.(sasl\.jaas\.config|sasl\.server\.callback\.handler\.class)")
+
+
 @dataclass
 class BrokerConfig:
     values: dict[str, Any] = field(default_factory=dict)
     ignored: dict[str, str] = field(default_factory=dict)
+    listener_values: dict[str, Any] = field(default_factory=dict)  # listener.name.<listener>.<key>
+
+    def setting(self, key: str) -> Any:
+        """A key's value, ``listener.name.`` prefixed keys included (None when not set)."""
+        if key.startswith(LISTENER_PREFIX):
+            return self.listener_values.get(key)
+        return self[key] if key in KEYS else None
 
     def __getitem__(self, key: str) -> Any:
         if key in self.values:
@@ -406,6 +507,9 @@ class BrokerConfig:
     def from_mapping(cls, raw: Mapping[str, str]) -> BrokerConfig:
         cfg = cls()
         for key, value in raw.items():
+            if key.startswith(LISTENER_PREFIX):
+                cfg.listener_values[key] = _listener_value(key, str(value))
+                continue
             spec = KEYS.get(key)
             if spec is None:
                 if key.startswith(_IGNORED_PREFIXES):
@@ -434,7 +538,17 @@ class BrokerConfig:
         if cfg["group.consumer.heartbeat.interval.ms"] >= cfg["group.consumer.session.timeout.ms"]:
             raise ConfigError("group.consumer.heartbeat.interval.ms must be smaller than "
                               "group.consumer.session.timeout.ms")
+        cfg.listeners()  # checked now: a bad listener setting stops the broker before it starts
         return cfg
+
+    def listeners(self) -> Listeners:
+        """The listeners, advertised listeners and inter-broker listener (security/listeners.py)."""
+        try:
+            return parse_listeners(self["listeners"], self["advertised.listeners"],
+                                   self["listener.security.protocol.map"], self["inter.broker.listener.name"],
+                                   self["security.inter.broker.protocol"])
+        except ListenerConfigError as e:
+            raise ConfigError(str(e)) from None
 
     # Derived settings, resolved the way Kafka resolves them (ms wins over minutes over hours).
     @property
@@ -463,13 +577,6 @@ class BrokerConfig:
         v = self["log.flush.interval.ms"]
         return LONG_MAX if v is None else int(v)
 
-    def listener(self) -> tuple[str, int]:
-        host, port = _first_host_port(self["listeners"])
-        return host or "0.0.0.0", port
-
-    def advertised(self) -> tuple[str, int]:
-        host, port = _first_host_port(self["advertised.listeners"] or self["listeners"])
-        return host or "127.0.0.1", port
 
     def topic_defaults(self) -> dict[str, Any]:
         """Defaults of the topic-level configs: the values of the broker keys they are synonyms of
@@ -481,11 +588,22 @@ class BrokerConfig:
                 for key, broker_key in TOPIC_SYNONYMS.items()}
 
 
-def _first_host_port(listeners: str) -> tuple[str, int]:
-    first = listeners.split(",")[0].strip()
-    hostport = first.split("://", 1)[1]
-    host, port = hostport.rsplit(":", 1)
-    return host, int(port)
+def _listener_value(key: str, value: str) -> Any:
+    """``listener.name.<listener>.<key>``: a broker key's value for one listener, or a SASL
+    mechanism's setting on it (``<mechanism>.sasl.jaas.config``)."""
+    listener, _, sub = key[len(LISTENER_PREFIX):].partition(".")
+    if not listener or not sub:
+        raise ConfigError(f"{key}: expected listener.name.<listener>.<key>")
+    if _MECHANISM_KEY.fullmatch(sub):
+        return value.strip()
+    spec = KEYS.get(sub)
+    if spec is None or not sub.startswith(("ssl.", "sasl.", "connections.max.reauth.ms",
+                                           "connection.failed.authentication.delay.ms")):
+        raise ConfigError(f"unknown configuration key {key!r} ({sub!r} cannot be set per listener)")
+    try:
+        return spec.parse(value)
+    except ValueError as e:
+        raise ConfigError(f"invalid value {value!r} for {key}: {e}") from None
 
 
 # Topic-level configs (CreateTopics configs, DescribeConfigs) with their parsers.

@@ -35,6 +35,7 @@ from gregor.apis import (  # noqa: F401 - imported for their registrations
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl,
     scram_credentials,
     sync_group,
     topics_admin,

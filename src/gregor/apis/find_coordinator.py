@@ -24,8 +24,9 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         node_id, code, reason = ctx.transactions.locate(key)
         broker = ctx.cluster.broker(node_id) if not code else None
         entry.update(error_code=code, error_message=reason)
-        if broker is not None:
-            entry.update(node_id=broker.node_id, host=broker.host, port=broker.port)
+        ep = broker.at(ctx.listener_name) if broker is not None else None
+        if broker is not None and ep is not None:
+            entry.update(node_id=broker.node_id, host=ep[0], port=ep[1])
         elif not code:
             entry.update(error_code=ErrorCode.coordinator_not_available,
                          error_message=f"broker {node_id} (the transaction coordinator) is not alive")
@@ -37,8 +38,9 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         where = ctx.groups.locate(key)
         entry.update(error_code=where.error, error_message=where.reason)
         broker = ctx.cluster.broker(where.node_id) if not where.error else None
-        if broker is not None:
-            entry.update(node_id=broker.node_id, host=broker.host, port=broker.port)
+        ep = broker.at(ctx.listener_name) if broker is not None else None
+        if broker is not None and ep is not None:
+            entry.update(node_id=broker.node_id, host=ep[0], port=ep[1])
         elif not where.error:  # the leader left between the two reads
             entry.update(error_code=ErrorCode.coordinator_not_available,
                          error_message=f"broker {where.node_id} (the coordinator) is not alive")

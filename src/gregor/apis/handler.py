@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gregor.log.file_region import FileRegion
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
+from gregor.security.principal import ANONYMOUS_USER
 
 if TYPE_CHECKING:
     from gregor.apis.services import Services
@@ -35,6 +36,13 @@ class CloseConnection(Exception):
     what Kafka does, for example, after a failed acks=0 produce."""
 
 
+# RequestContext.connection_state keys the server sets for a connection (server/listener.py)
+LISTENER = "listener"  # the security.listeners.Listener the connection came in on
+PRINCIPAL = "principal"  # its security.principal.Principal (a TLS certificate's, or ANONYMOUS)
+AUTHENTICATOR = "authenticator"  # security.authenticator.Authenticator on a SASL listener
+CLOSE_AFTER_RESPONSE = "close-after-response"  # a handler asks: answer, then close (a failed login)
+
+
 @dataclass(slots=True)
 class RequestContext:
     """One request: its header, where it came from, and the broker's services it may use."""
@@ -49,6 +57,21 @@ class RequestContext:
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    @property
+    def listener_name(self) -> str | None:
+        """The listener the request came in on (None: an in-process call, no listener)."""
+        listener = self.connection_state.get(LISTENER)
+        return listener.name if listener is not None else None
+
+    @property
+    def principal(self) -> Any:
+        """Who sent the request: the SASL-authenticated principal, the TLS certificate's, or
+        User:ANONYMOUS."""
+        auth = self.connection_state.get(AUTHENTICATOR)
+        if auth is not None and auth.principal is not None:
+            return auth.principal
+        return self.connection_state.get(PRINCIPAL, ANONYMOUS_USER)
 
     # the services, by name (see apis/services.py)
     @property

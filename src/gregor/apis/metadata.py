@@ -49,7 +49,11 @@ def topic_entry(topic: Topic, cluster: ClusterMetadata, authorized_operations: i
 
 
 def broker_entries(ctx: RequestContext) -> list[dict[str, Any]]:
-    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack} for b in ctx.cluster.brokers()]
+    """The live brokers as the client's listener reaches them (a broker without that listener is
+    left out, as Kafka's metadata cache leaves it out)."""
+    name = ctx.listener_name
+    return [{"node_id": b.node_id, "host": ep[0], "port": ep[1], "rack": b.rack}
+            for b in ctx.cluster.brokers() for ep in (b.at(name),) if ep is not None]
 
 
 @handles(ApiKey.METADATA, 0, 12)

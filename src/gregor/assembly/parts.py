@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gregor.metrics.registry import BrokerMetrics
     from gregor.metrics.telemetry import TelemetryWriter
     from gregor.replication.replica_manager import ReplicaManager
+    from gregor.security.listeners import Listener
 
 
 class Membership(Protocol):
@@ -35,7 +36,7 @@ class Membership(Protocol):
 
     def open_storage(self, data_dir: Path, cluster: ClusterMetadata) -> None: ...
 
-    async def join(self, host: str, port: int) -> None: ...
+    async def join(self, endpoints: tuple[Listener, ...], inter_broker: str) -> None: ...
 
     async def leave(self, final_telemetry: Callable[[], Awaitable[None]]) -> None: ...
 

@@ -27,6 +27,7 @@ from gregor.metrics.registry import BrokerMetrics
 from gregor.metrics.telemetry import LeaderSink, TelemetryWriter
 from gregor.metrics.transactions import TransactionMetrics
 from gregor.replication.single_node import SingleNodeReplicas
+from gregor.security.listeners import Listener
 
 
 class SingleNodeMembership:
@@ -36,7 +37,7 @@ class SingleNodeMembership:
     def open_storage(self, data_dir: Path, cluster: ClusterMetadata) -> None:
         cluster.cluster_id = load_cluster_id(data_dir, self.config["node.id"], self.config["cluster.id"])
 
-    async def join(self, host: str, port: int) -> None:
+    async def join(self, endpoints: tuple[Listener, ...], inter_broker: str) -> None:
         pass
 
     async def leave(self, final_telemetry: Callable[[], Awaitable[None]]) -> None:

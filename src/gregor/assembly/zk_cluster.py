@@ -29,6 +29,7 @@ from gregor.config import BrokerConfig
 from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import TopicRegistry
 from gregor.replication.cluster_replicas import ClusterReplicas
+from gregor.security.listeners import Listener
 
 log = logging.getLogger("gregor.broker")
 
@@ -58,7 +59,7 @@ class ZkMembership:
     def open_storage(self, data_dir: Path, cluster: ClusterMetadata) -> None:
         pass  # the cluster id comes from ZooKeeper (join)
 
-    async def join(self, host: str, port: int) -> None:
+    async def join(self, endpoints: tuple[Listener, ...], inter_broker: str) -> None:
         """Kafka's start-up order: ZooKeeper session, cluster id, the cluster's topics mirrored
         and the replicas' states read (no role is taken before this broker is registered), then
         this broker registered (its roles follow, clients and the controller may use it from then
@@ -70,8 +71,10 @@ class ZkMembership:
         await self.metadata.start()
         self.topics.forget_topics_not_in(set(self.metadata.assignments))
         stored = stored_cluster_id(self.data_dir, self.node_id)
+        mine = next((e for e in endpoints if e.name == inter_broker), endpoints[0])
         registrar = self.registrar = BrokerRegistrar(
-            self.zk, znodes.BrokerRegistration(self.node_id, host, port, self.config["broker.rack"]))
+            self.zk, znodes.BrokerRegistration(self.node_id, mine.host, mine.port, self.config["broker.rack"],
+                                               mine.name, endpoints))
         registrar.add_listener(self.replicas.set_broker_epoch)
         self.metadata.cluster_id = await until_connected(lambda: registrar.start(stored), "registering this broker")
         if stored is None:
@@ -180,7 +183,7 @@ def build_zk_cluster(config: BrokerConfig, connections: Callable[[], int],
     logs = LogManager(config.data_dir, config.topic_defaults(), registry, hosts_all_partitions=False)
     zk = ZkClient(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
                   config["zookeeper.connection.timeout.ms"])
-    metadata = ZkClusterMetadata(zk, node_id, config["broker.rack"])
+    metadata = ZkClusterMetadata(zk, node_id, config["broker.rack"], config.listeners().inter_broker)
     topics = ZkTopicAdmin(config, registry, logs, zk, metadata)
     replicas = ClusterReplicas(config, node_id, logs, registry, metadata, ZkPartitionStates(zk, metadata),
                                on_log_dir_failure)

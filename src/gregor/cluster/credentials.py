@@ -1,15 +1,17 @@
 """SCRAM credentials (KIP-554), kept in the form Kafka keeps them (salt, StoredKey, ServerKey,
 iterations; never the salted password) in ``<log.dirs>/scram-credentials.json`` (mode 0600,
-written atomically). Gregor serves no SASL, so they authenticate nothing: they are kept so that
-tooling which manages them works against Gregor as against Kafka."""
+written atomically). SASL/SCRAM listeners authenticate clients with them (``lookup``)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from gregor.security.sasl.scram import ScramCredential
 
 FILE = "scram-credentials.json"
 MECHANISMS = {1: ("SCRAM-SHA-256", hashlib.sha256), 2: ("SCRAM-SHA-512", hashlib.sha512)}
@@ -45,3 +47,13 @@ class ScramCredentials:
         finally:
             os.close(dfd)
         self.users = users
+
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
+        """The user's credential for ``mechanism`` (SCRAM-SHA-256 or SCRAM-SHA-512), as of now (a
+        credential altered since is used by the next authentication)."""
+        number = next((n for n, (name, _) in MECHANISMS.items() if name == mechanism), None)
+        c = self.users.get(user, {}).get(number) if number is not None else None
+        if c is None:
+            return None
+        return ScramCredential(base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]),
+                               base64.b64decode(c["server_key"]), int(c["iterations"]))

@@ -11,13 +11,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gregor.security.listeners import Listener
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
+    """A broker: ``host``/``port`` are its inter-broker listener's endpoint (what other brokers
+    connect to), ``listeners`` every advertised listener (what clients of each listener are told)."""
+
     node_id: int
     host: str
     port: int
     rack: str | None = None
+    listeners: tuple[Listener, ...] = ()
+
+    def at(self, listener_name: str | None) -> tuple[str, int] | None:
+        """The broker's endpoint on ``listener_name`` (None: it has no such listener, so clients
+        of that listener are not told of it, as Kafka's metadata cache leaves it out); no name (an
+        in-process caller) or no listeners known: the inter-broker endpoint."""
+        if listener_name is None or not self.listeners:
+            return self.host, self.port
+        for listener in self.listeners:
+            if listener.name == listener_name:
+                return listener.host, listener.port
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,17 +53,25 @@ class ClusterMetadata:
         self.cluster_id = ""  # from meta.properties, once storage is open
         self._host = ""
         self._port = 0
+        self._listeners: tuple[Listener, ...] = ()
+
+    def set_endpoints(self, listeners: tuple[Listener, ...], inter_broker: str) -> None:
+        """The advertised listeners once bound (ports resolved); ``inter_broker`` names the one
+        other brokers connect to."""
+        self._listeners = listeners
+        chosen = next((lst for lst in listeners if lst.name == inter_broker), listeners[0])
+        self._host, self._port = chosen.host, chosen.port
 
     def set_endpoint(self, host: str, port: int) -> None:
-        """The advertised endpoint, once the listener is bound (port 0 means the bound port)."""
-        self._host, self._port = host, port
+        """One PLAINTEXT endpoint (tests)."""
+        self.set_endpoints((Listener("PLAINTEXT", "PLAINTEXT", host, port),), "PLAINTEXT")
 
     @property
     def controller_id(self) -> int:
         return self.node_id
 
     def this_broker(self) -> BrokerEndpoint:
-        return BrokerEndpoint(self.node_id, self._host, self._port, self.rack)
+        return BrokerEndpoint(self.node_id, self._host, self._port, self.rack, self._listeners)
 
     def brokers(self) -> list[BrokerEndpoint]:
         """The live brokers, by node id."""

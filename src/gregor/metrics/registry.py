@@ -55,6 +55,7 @@ class BrokerMetrics(Collector):
         self.requests: dict[int, list[float]] = {}  # api key -> [count, seconds]
         self.history = OffsetHistory()
         self.bytes_out = 0
+        self.authentications = [0, 0]  # SASL: [succeeded, failed]
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -87,6 +88,9 @@ class BrokerMetrics(Collector):
     def consumed(self) -> dict[tuple[str, str, int], list[int]]:
         """(group, topic, partition) -> [messages, bytes] fetched since the broker started."""
         return self.attribution.consumed()
+
+    def authentication(self, succeeded: bool) -> None:
+        self.authentications[0 if succeeded else 1] += 1
 
     def request(self, api_key: int, seconds: float) -> None:
         r = self.requests.get(api_key)
@@ -141,6 +145,11 @@ class BrokerMetrics(Collector):
         yield from (pins, isolated, frozen, held)
 
     def collect(self) -> Iterator[Any]:
+        auth = CounterMetricFamily("gregor_sasl_authentications", "SASL authentications, by result",
+                                   labels=["result"])
+        auth.add_metric(["success"], self.authentications[0])
+        auth.add_metric(["failure"], self.authentications[1])
+        yield auth
         labels = ["group", "topic", "partition"]
         msgs = CounterMetricFamily("gregor_group_consumed_messages", "Messages fetched by consumer groups "
                                    "(group __no_group__: consumers outside any group)", labels=labels)

@@ -22,9 +22,10 @@ import logging
 from collections import deque
 from typing import Any
 
-from gregor.apis.handler import CloseConnection
+from gregor.apis.handler import AUTHENTICATOR, CLOSE_AFTER_RESPONSE, LISTENER, PRINCIPAL, CloseConnection
 from gregor.log.file_region import FileRegion
 from gregor.protocol.framing import FrameDecoder, FrameError
+from gregor.security.authenticator import AUTHENTICATION_TIMEOUT_S, Authenticator, ListenerSecurity
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.limits import ConnectionLimits
 
@@ -43,8 +44,12 @@ _FETCH = 1  # the api key of Fetch, the first byte pair of its frame
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, dispatcher: Dispatcher, limits: ConnectionLimits, connections: set[Any],
-                 max_request_bytes: int) -> None:
+                 max_request_bytes: int, security: ListenerSecurity | None = None) -> None:
         self.dispatcher = dispatcher
+        self.security = security
+        self.max_request_bytes = max_request_bytes
+        self._auth: Authenticator | None = None
+        self._auth_deadline: asyncio.TimerHandle | None = None
         self.connections = connections  # every open connection of the listener
         self.id = next(_ids)
         self.pool = limits.pool
@@ -83,6 +88,8 @@ class KafkaConnection(asyncio.Protocol):
             self._abort()
             return
         self._counted_ip = True
+        if self.security is not None and not self._secure(transport):
+            return
         self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.connections.add(self)
         if self.quotas.has_slot():
@@ -95,6 +102,46 @@ class KafkaConnection(asyncio.Protocol):
             log.info("closing connection from %s: max.connections=%d reached and %d connections waiting",
                      self.peer, self.quotas.max_connections, len(self.quotas.waiting))
             self._abort()
+
+    def _secure(self, transport: asyncio.BaseTransport) -> bool:
+        """The listener's security for this connection: its TLS principal, or on a SASL listener
+        the authenticator (requests bounded by sasl.server.max.receive.size until it completes,
+        and the connection closed if it has not within AUTHENTICATION_TIMEOUT_S)."""
+        security = self.security
+        assert security is not None
+        self.state[LISTENER] = security.listener
+        if security.ssl_context is not None:
+            try:
+                self.state[PRINCIPAL] = security.tls_principal(transport)
+            except ValueError as e:  # no ssl.principal.mapping.rules rule matched
+                log.info("closing TLS connection from %s: %s", self.peer, e)
+                self._abort()
+                return False
+        if security.sasl is not None:
+            self._auth = self.state[AUTHENTICATOR] = Authenticator(security.sasl)
+            self.decoder.max_frame_bytes = min(self.max_request_bytes, security.sasl.max_receive_size)
+            self._auth_deadline = self._loop.call_later(AUTHENTICATION_TIMEOUT_S, self._authentication_timed_out)
+        return True
+
+    def _authentication_timed_out(self) -> None:
+        if self._auth is not None and not self._auth.authenticated and not self._closed:
+            log.info("closing connection from %s: no SASL authentication within %.0f s", self.peer,
+                     AUTHENTICATION_TIMEOUT_S)
+            self._abort()
+
+    def _after_request(self) -> bool:
+        """After a request was answered: False if the connection must close now (a failed
+        authentication, a refused handshake)."""
+        if self.state.pop(CLOSE_AFTER_RESPONSE, False):
+            self._abort()
+            return False
+        auth = self._auth
+        if auth is not None and auth.authenticated and self.decoder.max_frame_bytes != self.max_request_bytes:
+            self.decoder.max_frame_bytes = self.max_request_bytes
+            if self._auth_deadline is not None:
+                self._auth_deadline.cancel()
+                self._auth_deadline = None
+        return True
 
     def _activate(self) -> None:
         self.active = True
@@ -219,6 +266,8 @@ class KafkaConnection(asyncio.Protocol):
                     self._release(len(frame))
                 del frame
                 if response is None:
+                    if self.security is not None and not self._after_request():
+                        return
                     continue
                 if len(response) == 1 and not isinstance(response[0], FileRegion):
                     # the common case (every response but a large fetch): no coroutine of its own
@@ -228,6 +277,8 @@ class KafkaConnection(asyncio.Protocol):
                             await self._can_write.wait()
                 else:
                     await self._send(response)
+                if self.security is not None and not self._after_request():
+                    return
         except CloseConnection:
             self._abort()
         except Exception:
@@ -267,6 +318,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def _abort(self) -> None:
         self._closed = True
+        if self._auth_deadline is not None:
+            self._auth_deadline.cancel()
+            self._auth_deadline = None
         if self.transport is not None:
             self.transport.close()
 

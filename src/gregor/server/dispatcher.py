@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from gregor.apis import REGISTRY
-from gregor.apis.handler import CloseConnection, RequestContext, api_versions_body
+from gregor.apis.handler import AUTHENTICATOR, CloseConnection, RequestContext, api_versions_body
 from gregor.apis.services import Services
 from gregor.log.file_region import FileRegion
 from gregor.protocol import codec
@@ -43,6 +43,15 @@ class Dispatcher:
         reg = REGISTRY.get(api_key)
         if reg is None:
             log.warning("closing connection from %s: unknown API key %d", peer, api_key)
+            raise CloseConnection
+        auth = connection_state.get(AUTHENTICATOR)
+        if auth is not None and not auth.allows(api_key):
+            if auth.authenticated:  # KIP-368: the session ended and the client did not re-authenticate
+                log.info("closing connection from %s: its SASL session (%s) expired without re-authentication",
+                         peer, auth.principal)
+            else:  # Kafka's SaslServerAuthenticator: only ApiVersions and the SASL APIs come first
+                log.info("closing connection from %s: %s before SASL authentication completed", peer,
+                         _name(api_key))
             raise CloseConnection
         if not reg.min_version <= version <= reg.max_version or not reg.enabled(self.services.config):
             return self._unsupported_version(peer, api_key, version, corr)
@@ -100,3 +109,10 @@ def error_body(api_key: int, version: int, code: ErrorCode) -> dict[str, Any] | 
     if "error_code" not in getattr(cls, "__dataclass_fields__", {}):
         return None
     return {"error_code": code}
+
+
+def _name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"API key {api_key}"

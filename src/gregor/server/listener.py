@@ -9,6 +9,7 @@ import logging
 
 from gregor.apis.services import Services
 from gregor.config import BrokerConfig
+from gregor.security.authenticator import ListenerSecurity
 from gregor.server.connection import KafkaConnection, close_idle
 from gregor.server.dispatcher import Dispatcher
 from gregor.server.limits import ConnectionLimits
@@ -16,14 +17,22 @@ from gregor.server.limits import ConnectionLimits
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 5.0
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a TLS handshake not done by then is dropped (a stalled or hostile client)
 
 
 class Listener:
-    def __init__(self, config: BrokerConfig, services: Services) -> None:
+    """One of the broker's listeners (``listeners``): its security (TLS, SASL) comes with each of
+    its connections. The broker's listeners share the connection limits, the dispatcher and the
+    set of open connections."""
+
+    def __init__(self, config: BrokerConfig, services: Services, security: ListenerSecurity | None = None,
+                 limits: ConnectionLimits | None = None, dispatcher: Dispatcher | None = None,
+                 connections: set[KafkaConnection] | None = None) -> None:
         self.config = config
-        self.limits = ConnectionLimits(config)
-        self.dispatcher = Dispatcher(services)
-        self.connections: set[KafkaConnection] = set()
+        self.security = security
+        self.limits = limits if limits is not None else ConnectionLimits(config)
+        self.dispatcher = dispatcher if dispatcher is not None else Dispatcher(services)
+        self.connections: set[KafkaConnection] = connections if connections is not None else set()
         self.server: asyncio.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
 
@@ -34,9 +43,12 @@ class Listener:
         leaders and no controller (librdkafka forgets every broker on such an answer)."""
         loop = asyncio.get_running_loop()
         max_request = self.config["socket.request.max.bytes"]
+        security = self.security
+        ssl_context = security.ssl_context if security is not None else None
         self.server = await loop.create_server(
-            lambda: KafkaConnection(self.dispatcher, self.limits, self.connections, max_request),
-            host, port, reuse_address=True, backlog=1024, start_serving=serve)
+            lambda: KafkaConnection(self.dispatcher, self.limits, self.connections, max_request, security),
+            host, port, reuse_address=True, backlog=1024, start_serving=serve, ssl=ssl_context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ssl_context is not None else None)
         if self.limits.max_idle_s is not None:
             self._idle_task = loop.create_task(self._close_idle_connections(self.limits.max_idle_s))
         return self.bound_port

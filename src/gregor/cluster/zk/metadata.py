@@ -44,9 +44,10 @@ class _TopicWatches:
 
 
 class ZkClusterMetadata(ClusterMetadata):
-    def __init__(self, zk: ZkClient, node_id: int, rack: str | None = None) -> None:
+    def __init__(self, zk: ZkClient, node_id: int, rack: str | None = None, inter_broker: str = "PLAINTEXT") -> None:
         super().__init__(node_id, rack)
         self.zk = zk
+        self.inter_broker = inter_broker
         self.live: dict[int, BrokerEndpoint] = {}
         self.assignments: dict[str, zn.TopicAssignment] = {}
         self.states: dict[tuple[str, int], zn.PartitionState] = {}
@@ -142,11 +143,11 @@ class ZkClusterMetadata(ClusterMetadata):
             if got is None:
                 continue  # gone between the listing and the read
             try:
-                reg = zn.BrokerRegistration.decode(broker_id, got[0])
+                reg = zn.BrokerRegistration.decode(broker_id, got[0], self.inter_broker)
             except zn.ZnodeFormatError as e:
                 log.error("ignoring broker %d: %s", broker_id, e)
                 continue
-            live[broker_id] = BrokerEndpoint(broker_id, reg.host, reg.port, reg.rack)
+            live[broker_id] = BrokerEndpoint(broker_id, reg.host, reg.port, reg.rack, reg.endpoints)
         if generation != self._broker_reads:
             return  # a newer listing is being read
         gone, came = set(self.live) - set(live), set(live) - set(self.live)

@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from gregor.security.listeners import Listener
+
 NO_LEADER = -1  # LeaderAndIsr.NoLeader
 
 BROKERS_IDS = "/brokers/ids"
@@ -62,31 +64,46 @@ def broker_path(broker_id: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
+    """Kafka's broker registration (version 5): every advertised listener as an endpoint, with
+    the listeners' security protocols. ``host``/``port`` are the endpoint of the inter-broker
+    listener (the one brokers connect to each other on)."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None = None
     listener_name: str = "PLAINTEXT"
+    endpoints: tuple[Listener, ...] = ()
 
     def encode(self) -> bytes:
+        endpoints = self.endpoints or (Listener(self.listener_name, "PLAINTEXT", self.host, self.port),)
+        plaintext = next((e for e in endpoints if e.protocol == "PLAINTEXT"), None)
         return _dump({
-            "features": {}, "listener_security_protocol_map": {self.listener_name: "PLAINTEXT"},
-            "endpoints": [f"{self.listener_name}://{self.host}:{self.port}"], "jmx_port": -1,
-            "port": self.port, "host": self.host, "version": 5, "timestamp": _now_ms(), "rack": self.rack,
+            "features": {}, "listener_security_protocol_map": {e.name: e.protocol for e in endpoints},
+            "endpoints": [str(e) for e in endpoints], "jmx_port": -1,
+            # the legacy fields name the PLAINTEXT endpoint, as Kafka's (none: null and -1)
+            "port": plaintext.port if plaintext else -1, "host": plaintext.host if plaintext else None,
+            "version": 5, "timestamp": _now_ms(), "rack": self.rack,
         })
 
     @staticmethod
-    def decode(broker_id: int, data: bytes | None) -> BrokerRegistration:
+    def decode(broker_id: int, data: bytes | None, inter_broker: str | None = None) -> BrokerRegistration:
+        """``inter_broker``: the inter-broker listener's name (the same on every broker); its
+        endpoint is ``host``/``port`` (the first endpoint when it has none of that name)."""
         path = broker_path(broker_id)
         obj = _json(data, path)
         rack = obj.get("rack")
-        endpoints = obj.get("endpoints") or []
-        if endpoints:  # "NAME://host:port": the first endpoint serves clients here
-            name, _, hostport = str(endpoints[0]).partition("://")
+        protocols = obj.get("listener_security_protocol_map") or {}
+        endpoints: list[Listener] = []
+        for raw in obj.get("endpoints") or []:
+            name, _, hostport = str(raw).partition("://")
             host, _, port = hostport.rpartition(":")
-            if not host or not port.isdigit():
-                raise ZnodeFormatError(f"{path}: endpoint {endpoints[0]!r} is not NAME://host:port")
-            return BrokerRegistration(broker_id, host, int(port), rack, name)
+            if not name or not port.isdigit():
+                raise ZnodeFormatError(f"{path}: endpoint {raw!r} is not NAME://host:port")
+            endpoints.append(Listener(name, str(protocols.get(name, name)), host.strip("[]"), int(port)))
+        if endpoints:
+            chosen = next((e for e in endpoints if e.name == inter_broker), endpoints[0])
+            return BrokerRegistration(broker_id, chosen.host, chosen.port, rack, chosen.name, tuple(endpoints))
         if "host" in obj and "port" in obj:
             return BrokerRegistration(broker_id, str(obj["host"]), int(obj["port"]), rack)
         raise ZnodeFormatError(f"{path}: no endpoint")
