@@ -89,10 +89,12 @@ class ScramServer(SaslServer):
         authz = message[flag_end + 1:authz_end]
         self._gs2 = message[:authz_end + 1]
         bare = message[authz_end + 1:]
-        attrs = _attributes(bare)
+        parts = bare.split(",")
+        attrs = _attributes(",".join(parts[:2]))
         if "n" not in attrs or "r" not in attrs or not attrs["r"]:
             raise SaslAuthenticationError("Invalid SCRAM client first message: no user name or nonce")
-        extensions = {k: v for k, v in (p.split("=", 1) for p in bare.split(",")[2:] if "=" in p)}
+        # Kafka's SCRAM extensions (key=value after the nonce)
+        extensions = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
         if extensions.get("tokenauth", "").lower() == "true":
             raise SaslAuthenticationError("Authentication failed: delegation tokens are not supported")
         user = _sasl_name(attrs["n"])

@@ -1,0 +1,72 @@
+"""Listener, JAAS and principal-mapping settings as Kafka reads them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gregor.config import BrokerConfig, ConfigError
+from gregor.security.jaas import JaasError, parse_jaas
+from gregor.security.principal import MappingRuleError, SslPrincipalMapper
+
+
+def listeners(**kw: str):
+    return BrokerConfig.from_mapping(kw).listeners()
+
+
+def test_listeners_protocols_advertised_and_inter_broker():
+    ls = listeners(**{"listeners": "INTERNAL://0.0.0.0:9093,EXTERNAL://:9094,PLAINTEXT://127.0.0.1:9092",
+                      "advertised.listeners": "EXTERNAL://kafka.example.com:443",
+                      "listener.security.protocol.map": "INTERNAL:SSL,EXTERNAL:SASL_SSL,PLAINTEXT:PLAINTEXT",
+                      "inter.broker.listener.name": "INTERNAL"})
+    assert [(x.name, x.protocol, x.host, x.port) for x in ls.bound] == [
+        ("INTERNAL", "SSL", "0.0.0.0", 9093), ("EXTERNAL", "SASL_SSL", "", 9094),
+        ("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092)]
+    assert ls.advertised_named("EXTERNAL").host == "kafka.example.com" and ls.inter_broker == "INTERNAL"
+    assert listeners(**{"listeners": "SASL_SSL://:1", "security.inter.broker.protocol": "SASL_SSL"}).inter_broker \
+        == "SASL_SSL"
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"listeners": "A://:1"}, "no security protocol"),
+    ({"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"}, "twice"),
+    ({"listeners": "PLAINTEXT://:1,SSL://:1"}, "its own port"),
+    ({"listeners": "PLAINTEXT://:1", "advertised.listeners": "SSL://h:2"}, "not in listeners"),
+    ({"listeners": "PLAINTEXT://:1,SSL://:2", "inter.broker.listener.name": "X"}, "not in listeners"),
+    ({"listener.security.protocol.map": "A:TLS"}, "NAME:PROTOCOL"),
+    ({"listener.name.ssl.num.partitions": "3"}, "cannot be set per listener"),
+    ({"ssl.enabled.protocols": "TLSv1.1"}, "TLSv1.2"),
+])
+def test_bad_listener_settings(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_mapping(settings)
+
+
+def test_listener_prefixed_settings_win():
+    c = BrokerConfig.from_mapping({"ssl.client.auth": "none", "listener.name.internal.ssl.client.auth": "required",
+                                   "listener.name.external.scram-sha-256.sasl.jaas.config": "x required;"})
+    from gregor.security.listeners import listener_setting
+
+    assert listener_setting(c, "INTERNAL", "ssl.client.auth") == "required"
+    assert listener_setting(c, "OTHER", "ssl.client.auth") == "none"
+    assert listener_setting(c, "EXTERNAL", "scram-sha-256.sasl.jaas.config") == "x required;"
+
+
+def test_jaas():
+    (m,) = parse_jaas('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+                      'password="a\\"b" user_admin=bare;')
+    assert m.flag == "required" and m.options == {"username": "admin", "password": 'a"b', "user_admin": "bare"}
+    for bad in ("", "Module", "Module maybe a=1;", 'Module required a="1"'):
+        with pytest.raises(JaasError):
+            parse_jaas(bad)
+
+
+def test_ssl_principal_mapping_rules_as_kafka():
+    dn = "CN=client-1,OU=eng,O=acme"
+    assert SslPrincipalMapper("DEFAULT").name(dn) == dn
+    m = SslPrincipalMapper("RULE:^CN=(.*?),OU=(.*?),O=(.*)$/$1@$2/L, RULE:^.*$/other/, DEFAULT")
+    assert m.name("CN=Client-1,OU=Eng,O=acme") == "client-1@eng"
+    assert SslPrincipalMapper("RULE:^CN=([^,]+).*$/$1/U").name(dn) == "CLIENT-1"
+    with pytest.raises(MappingRuleError):
+        SslPrincipalMapper("RULE:^CN=x$/$1/").name(dn)  # no rule matches
+    with pytest.raises(MappingRuleError):
+        SslPrincipalMapper("RULE:nope")
