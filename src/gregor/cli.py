@@ -138,8 +138,16 @@ def check_listener_security(config: Any) -> None:
     key store or JAAS entry is a configuration error, not a failure half-way through the start."""
     import functools
 
-    from gregor.security.authenticator import build_listener_security
+    from gregor.security.authenticator import SecurityConfigError, build_listener_security
+    from gregor.security.client import ClientSecurityError, inter_broker_security
     from gregor.security.listeners import listener_setting
 
-    for spec in config.listeners().bound:
+    listeners = config.listeners()
+    for spec in listeners.bound:
         build_listener_security(spec, functools.partial(listener_setting, config, spec.name), lambda _u, _m: None)
+    if config["zookeeper.connect"]:  # a cluster's brokers connect to each other's inter-broker listener
+        inter = listeners.named(listeners.inter_broker)
+        try:
+            inter_broker_security(inter, functools.partial(listener_setting, config, inter.name))
+        except ClientSecurityError as e:
+            raise SecurityConfigError(str(e)) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import stat
 
 from gregor.cluster.credentials import FILE, ScramCredentials
@@ -17,12 +18,12 @@ def test_saved_credentials_are_read_back(tmp_path):
     store = ScramCredentials(tmp_path)
     assert store.users == {}
     users = {"alice": {SHA256: credential(1), SHA512: credential(2)}, "bob": {SHA512: credential(3)}, "gone": {}}
-    store.save(users)
+    asyncio.run(store.save(users))
     assert store.users is users
     again = ScramCredentials(tmp_path)
     # mechanisms come back as the integers Kafka numbers them with; users without any are not kept
     assert again.users == {"alice": {SHA256: credential(1), SHA512: credential(2)}, "bob": {SHA512: credential(3)}}
     assert stat.S_IMODE((tmp_path / FILE).stat().st_mode) == 0o600
     assert not list(tmp_path.glob("*.tmp"))
-    again.save({})
+    asyncio.run(again.save({}))
     assert ScramCredentials(tmp_path).users == {}

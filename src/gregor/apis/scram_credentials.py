@@ -2,10 +2,10 @@
 validation and errors: kafka-configs.sh --alter --entity-type users and the admin clients'
 describe/alter_user_scram_credentials.
 
-Gregor serves no SASL: its listeners are PLAINTEXT, so these credentials authenticate nothing.
-They are kept so that tooling which manages them works against Gregor as against Kafka, in the
-same form Kafka keeps them (salt, StoredKey, ServerKey, iterations; never the salted password),
-in ``<log.dirs>/scram-credentials.json`` (mode 0600, written atomically).
+SASL/SCRAM listeners authenticate with these credentials (security/sasl/scram.py). They are kept
+in the form Kafka keeps them (salt, StoredKey, ServerKey, iterations; never the salted password):
+on one node in ``<log.dirs>/scram-credentials.json`` (mode 0600, written atomically), in a
+cluster in ZooKeeper (cluster/zk/scram_credentials.py).
 
 Alter, as Kafka's controller does: a user may appear once per request (a second deletion or
 upsertion of the same user is DUPLICATE_RESOURCE); an empty user name or too few (< 4096) or too
@@ -117,15 +117,14 @@ async def alter_user_scram_credentials(ctx: RequestContext, req: Any) -> dict[st
                 "iterations": u.iterations,
             }
         try:
-            store.save(users)
+            await store.save(users)
         except OSError as e:
             log.error("cannot save %s: %s", store.path, e)
             for name in (*deletions, *upsertions):
                 errors[name] = ErrorCode.kafka_storage_error, f"cannot save the credentials: {e.strerror}"
             deletions, upsertions = {}, {}
         if upsertions:
-            log.warning("SCRAM credentials stored for %s; this broker serves no SASL, so they authenticate "
-                        "nothing", sorted(upsertions))
+            log.info("SCRAM credentials stored for %s", sorted(upsertions))
     for name in (*deletions, *upsertions):
         results.append({"user": name, "error_code": ErrorCode.none, "error_message": None})
     for name, (code, message) in errors.items():

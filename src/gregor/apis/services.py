@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from gregor.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from gregor.cluster.credentials import ScramCredentials
+    from gregor.cluster.credentials import CredentialStore
     from gregor.cluster.dynamic_configs import DynamicConfigs
     from gregor.cluster.metadata import ClusterMetadata
     from gregor.cluster.producer_ids import ProducerIdManager
@@ -51,7 +51,7 @@ class Services:
     groups: GroupCoordinatorService  # the group coordinator, by named operation
     producer_ids: ProducerIdManager
     dynamic_configs: DynamicConfigs  # configs altered at run time (broker, group)
-    credentials: ScramCredentials  # SCRAM credentials (DescribeUserScramCredentials, Alter...)
+    credentials: CredentialStore  # SCRAM credentials (DescribeUserScramCredentials, Alter..., SASL/SCRAM)
     metrics: BrokerMetrics | None  # None when metrics are off
     replicas: ReplicaManager  # the partitions hosted here: leadership, appends, acks=all (the replication seam)
     controller: ControllerService  # ControlledShutdown (NoController on one node)

@@ -67,7 +67,7 @@ def build_single_node(config: BrokerConfig, connections: Callable[[], int]) -> B
 def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, cluster: ClusterMetadata,
             topics: TopicAdmin, replicas: Any, producer_ids: ProducerIdManager, membership: Any,
             connections: Callable[[], int], create_internal_topics_at_start: bool, offsets_replication_factor: int,
-            controller: Any, transaction_replication_factor: int) -> BrokerParts:
+            controller: Any, transaction_replication_factor: int, credentials: Any = None) -> BrokerParts:
     """The parts both builders make the same way, over the parts that differ."""
     node_id: int = config["node.id"]
     dynamic_configs = DynamicConfigs(config, node_id, logs, registry)
@@ -92,7 +92,8 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
                                     create_topic_at_start=create_internal_topics_at_start)
     services = Services(config=config, cluster=cluster, logs=logs, topics=topics, groups=groups,
                         producer_ids=producer_ids, dynamic_configs=dynamic_configs,
-                        credentials=ScramCredentials(config.data_dir), metrics=metrics, replicas=replicas,
+                        credentials=credentials if credentials is not None else ScramCredentials(config.data_dir),
+                        metrics=metrics, replicas=replicas,
                         controller=controller, transactions=transactions)
     return BrokerParts(config, registry, logs, cluster, topics, replicas, producer_ids, dynamic_configs, groups,
                        metrics, telemetry, services, membership, transactions)

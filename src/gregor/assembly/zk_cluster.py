@@ -6,6 +6,7 @@ in ZooKeeper. ``ZkMembership`` is Kafka's start-up and shutdown order."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import TypeVar
 
 from gregor.assembly.parts import BrokerParts
 from gregor.assembly.single_node import _common
+from gregor.cluster.broker_client import set_inter_broker_security
 from gregor.cluster.controller import Controller
 from gregor.cluster.meta_properties import store_cluster_id, stored_cluster_id
 from gregor.cluster.metadata import ClusterMetadata
@@ -23,13 +25,15 @@ from gregor.cluster.zk.metadata import ZkClusterMetadata
 from gregor.cluster.zk.partition_states import ZkPartitionStates
 from gregor.cluster.zk.producer_ids import ZkProducerIdManager
 from gregor.cluster.zk.registration import BrokerRegistrar
+from gregor.cluster.zk.scram_credentials import ZkScramCredentials
 from gregor.cluster.zk.session_guard import SessionGuard
 from gregor.cluster.zk.topic_admin import ZkTopicAdmin
 from gregor.config import BrokerConfig
 from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import TopicRegistry
 from gregor.replication.cluster_replicas import ClusterReplicas
-from gregor.security.listeners import Listener
+from gregor.security.client import inter_broker_security
+from gregor.security.listeners import Listener, listener_setting
 
 log = logging.getLogger("gregor.broker")
 
@@ -41,6 +45,7 @@ LEAVE_TIMEOUT_S = 60  # controlled shutdown (its retries included) and the rest 
 class ZkMembership:
     def __init__(self, config: BrokerConfig, zk: ZkClient, metadata: ZkClusterMetadata, topics: ZkTopicAdmin,
                  replicas: ClusterReplicas, controller: Controller, group_configs: ZkGroupConfigs,
+                 credentials: ZkScramCredentials,
                  data_dir: Path) -> None:
         self.config = config
         self.node_id: int = config["node.id"]
@@ -50,6 +55,7 @@ class ZkMembership:
         self.replicas = replicas
         self.controller = controller
         self.group_configs = group_configs
+        self.credentials = credentials
         self.data_dir = data_dir
         self.registrar: BrokerRegistrar | None = None
         self.session_guard = SessionGuard(zk, znodes.broker_path(self.node_id), zk.session_timeout_ms)
@@ -68,6 +74,7 @@ class ZkMembership:
         # ZooKeeper may go away while this broker starts (restarted, paused): every step waits for
         # it to come back, as Kafka's retryRequestsUntilConnected (SIGTERM still stops the broker)
         await until_connected(self.group_configs.start, "reading the group configs")  # before coordinating
+        await until_connected(self.credentials.start, "reading the SCRAM credentials")  # before serving
         await self.metadata.start()
         self.topics.forget_topics_not_in(set(self.metadata.assignments))
         stored = stored_cluster_id(self.data_dir, self.node_id)
@@ -129,6 +136,7 @@ class ZkMembership:
             await self.registrar.stop()
         await self.metadata.stop()
         await self.group_configs.stop()
+        self.credentials.stop()
         await _step("closing the ZooKeeper session", self.zk.stop(), 5)
 
     async def finish(self, final_telemetry: Callable[[], Awaitable[None]]) -> None:
@@ -183,18 +191,26 @@ def build_zk_cluster(config: BrokerConfig, connections: Callable[[], int],
     logs = LogManager(config.data_dir, config.topic_defaults(), registry, hosts_all_partitions=False)
     zk = ZkClient(config["zookeeper.connect"], config["zookeeper.session.timeout.ms"],
                   config["zookeeper.connection.timeout.ms"])
-    metadata = ZkClusterMetadata(zk, node_id, config["broker.rack"], config.listeners().inter_broker)
+    listeners = config.listeners()
+    metadata = ZkClusterMetadata(zk, node_id, config["broker.rack"], listeners.inter_broker)
+    # every connection to another broker (replica fetchers, controlled shutdown, markers, ...) goes
+    # to its inter-broker listener with this broker's security for it
+    inter = listeners.named(listeners.inter_broker)
+    set_inter_broker_security(inter_broker_security(inter, functools.partial(listener_setting, config, inter.name)))
     topics = ZkTopicAdmin(config, registry, logs, zk, metadata)
     replicas = ClusterReplicas(config, node_id, logs, registry, metadata, ZkPartitionStates(zk, metadata),
                                on_log_dir_failure)
     metadata.on_topic.append(topics.mirror)  # before the replica manager hears of partitions
     metadata.on_topic_deleted.append(topics.mirror_deleted)
     controller = Controller(zk, node_id, config)
+    credentials = ZkScramCredentials(zk)  # SCRAM users: ZooKeeper's, mirrored by every broker
     parts = _common(config, registry, logs, metadata, topics, replicas, ZkProducerIdManager(zk, node_id),
                     None, connections, create_internal_topics_at_start=False,
                     offsets_replication_factor=config["offsets.topic.replication.factor"], controller=controller,
-                    transaction_replication_factor=config["transaction.state.log.replication.factor"])
+                    transaction_replication_factor=config["transaction.state.log.replication.factor"],
+                    credentials=credentials)
     # a cluster's group configs are ZooKeeper's, mirrored by every broker
     group_configs = ZkGroupConfigs(zk, parts.dynamic_configs, parts.groups)
-    parts.membership = ZkMembership(config, zk, metadata, topics, replicas, controller, group_configs, config.data_dir)
+    parts.membership = ZkMembership(config, zk, metadata, topics, replicas, controller, group_configs, credentials,
+                                    config.data_dir)
     return parts

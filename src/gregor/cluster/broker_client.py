@@ -16,7 +16,12 @@ import logging
 from collections import deque
 from typing import Any
 
+from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.client_frames import SIZE, decode_response_frame, request_frame
+from gregor.security.client import ClientSecurity
+from gregor.security.sasl import SaslAuthenticationError
+from gregor.security.sasl.plain import plain_client_token
+from gregor.security.sasl.scram import ScramClient
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +30,64 @@ class BrokerUnreachable(ConnectionError):
     pass
 
 
+# The security every broker-to-broker connection of this process uses (the inter-broker
+# listener's: TLS, SASL), set once by the cluster's assembly; None: PLAINTEXT.
+_inter_broker_security: ClientSecurity | None = None
+
+
+def set_inter_broker_security(security: ClientSecurity | None) -> None:
+    global _inter_broker_security
+    _inter_broker_security = security
+
+
+async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, security: ClientSecurity,
+                       client_id: str, timeout: float, who: str) -> None:
+    """SaslHandshake v1 and SaslAuthenticate v2 rounds for ``security``'s mechanism on a new
+    connection (the admin client does the same). Raises BrokerUnreachable with the server's
+    message when the broker refuses."""
+    mechanism = security.sasl_mechanism
+    assert mechanism is not None
+
+    async def round_trip(api_key: int, version: int, corr: int, body: dict[str, Any]) -> Any:
+        writer.write(request_frame(api_key, version, corr, body, client_id))
+        head = await asyncio.wait_for(reader.readexactly(4), timeout)
+        (size,) = SIZE.unpack(head)
+        frame = await asyncio.wait_for(reader.readexactly(size), timeout)
+        return decode_response_frame(api_key, version, frame)[1]
+
+    try:
+        hs = await round_trip(ApiKey.SASL_HANDSHAKE, 1, 1, {"mechanism": mechanism})
+        if hs.error_code:
+            raise BrokerUnreachable(f"{who} refused SASL mechanism {mechanism} (error {hs.error_code}; it serves "
+                                    f"{', '.join(hs.mechanisms) or 'none'})")
+        corr = 2
+
+        async def step(token: bytes) -> bytes:
+            nonlocal corr
+            r = await round_trip(ApiKey.SASL_AUTHENTICATE, 2, corr, {"auth_bytes": token})
+            corr += 1
+            if r.error_code:
+                raise BrokerUnreachable(f"authentication to {who} as {security.username} failed: {r.error_message}")
+            return bytes(r.auth_bytes)
+
+        if mechanism == "PLAIN":
+            await step(plain_client_token(security.username, security.password))
+        else:
+            scram = ScramClient(mechanism, security.username, security.password)
+            server_first = await step(scram.first())
+            scram.verify(await step(scram.final(server_first)))
+    except SaslAuthenticationError as e:
+        raise BrokerUnreachable(f"authentication to {who} failed: {e}") from None
+    except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
+        raise BrokerUnreachable(f"authentication to {who} failed: {e or type(e).__name__}") from None
+
+
 class BrokerClient:
     def __init__(self, node_id: int, host: str, port: int, client_id: str,
-                 request_timeout_ms: int = 30000, max_frame_bytes: int = 200 * 1024 * 1024) -> None:
+                 request_timeout_ms: int = 30000, max_frame_bytes: int = 200 * 1024 * 1024,
+                 security: ClientSecurity | None = None) -> None:
         self.node_id = node_id
+        self.security = security if security is not None else _inter_broker_security
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -48,11 +107,20 @@ class BrokerClient:
         async with self._connecting:
             if self._writer is not None:
                 return self._writer
+            security = self.security
+            tls = security.ssl_context if security is not None else None
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.request_timeout)
-            except (TimeoutError, OSError) as e:
+                    asyncio.open_connection(self.host, self.port, ssl=tls, server_hostname=self.host if tls else None),
+                    self.request_timeout)
+            except (TimeoutError, OSError) as e:  # ssl.SSLError is an OSError
                 raise BrokerUnreachable(f"cannot connect to {self}: {e or type(e).__name__}") from None
+            if security is not None and security.sasl_mechanism:
+                try:
+                    await authenticate(reader, writer, security, self.client_id, self.request_timeout, str(self))
+                except BrokerUnreachable:
+                    writer.close()
+                    raise
             self._reader, self._writer = reader, writer
             self._reading = asyncio.get_running_loop().create_task(self._read_responses(reader))
             return writer

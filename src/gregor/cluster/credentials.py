@@ -9,13 +9,23 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gregor.security.sasl.scram import ScramCredential
 
 FILE = "scram-credentials.json"
 MECHANISMS = {1: ("SCRAM-SHA-256", hashlib.sha256), 2: ("SCRAM-SHA-512", hashlib.sha512)}
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
+
+
+class CredentialStore(Protocol):
+    """Where SCRAM credentials live: a file on one node, ZooKeeper in a cluster."""
+
+    users: dict[str, dict[int, dict[str, Any]]]
+    path: Any  # where, for messages
+
+    async def save(self, users: dict[str, dict[int, dict[str, Any]]]) -> None: ...
+    def lookup(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
 
 class ScramCredentials:
@@ -30,7 +40,7 @@ class ScramCredentials:
             return
         self.users = {u: {int(m): c for m, c in mechs.items()} for u, mechs in raw.items()}
 
-    def save(self, users: dict[str, dict[int, dict[str, Any]]]) -> None:
+    async def save(self, users: dict[str, dict[int, dict[str, Any]]]) -> None:
         data = json.dumps({u: {str(m): c for m, c in mechs.items()} for u, mechs in users.items() if mechs},
                           indent=1, sort_keys=True).encode()
         tmp = self.path.with_name(self.path.name + ".tmp")

@@ -246,10 +246,11 @@ class ZkClient:
         except NoNodeError:
             return []
 
-    async def create(self, path: str, data: bytes = b"", ephemeral: bool = False, makepath: bool = False) -> str:
+    async def create(self, path: str, data: bytes = b"", ephemeral: bool = False, makepath: bool = False,
+                     sequential: bool = False) -> str:
         """Create a node; NodeExistsError if it exists (the basis of every election here)."""
         return await self._await(
-            self.kazoo.create_async(path, data, ephemeral=ephemeral, makepath=makepath))
+            self.kazoo.create_async(path, data, ephemeral=ephemeral, makepath=makepath, sequence=sequential))
 
     async def ensure_path(self, path: str) -> None:
         await self._await(self.kazoo.ensure_path_async(path))
