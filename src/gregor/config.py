@@ -207,11 +207,15 @@ def _tls_versions(v: str) -> tuple[str, ...]:
     return parts
 
 
+AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+               "kafka.security.auth.SimpleAclAuthorizer")
+
+
 def _authorizer(v: str) -> str:
     s = v.strip()
-    if s:
-        raise ValueError("ACL authorization is not available yet: leave authorizer.class.name empty (a broker that "
-                         "silently ignored it would let every principal do everything)")
+    if s and s not in AUTHORIZERS:
+        raise ValueError(f"must be empty (no authorization) or one of Kafka's authorizers: {', '.join(AUTHORIZERS)} "
+                         "(each is Kafka's ACL semantics here)")
     return s
 
 
@@ -295,7 +299,12 @@ KEYS: dict[str, Key] = {
             "https: a broker checks the host name of the brokers it connects to against their certificates"),
         Key("ssl.principal.mapping.rules", _text, "DEFAULT",
             "rules mapping a client certificate's distinguished name to a principal name"),
-        Key("authorizer.class.name", _authorizer, "", "ACL authorization (not available yet)"),
+        Key("authorizer.class.name", _authorizer, "",
+            "ACL authorization: Kafka's AclAuthorizer or StandardAuthorizer class name (empty: none)"),
+        Key("super.users", _text, "",
+            "principals allowed everything, separated by semicolons (User:admin;User:broker)"),
+        Key("allow.everyone.if.no.acl.found", _bool, False,
+            "whether a resource no ACL names is open to everyone (Kafka's default: no)"),
         Key("max.connections.per.ip", _POS_INT, INT_MAX, "connections per client address; further ones are closed"),
         Key("max.connections.per.ip.overrides", _ip_overrides, "",
             "per-address exceptions, e.g. 127.0.0.1:200,hostName:100"),

@@ -7,6 +7,7 @@ and every handler can be found by reading this list. A new API: a module here, a
 """
 
 from gregor.apis import (  # noqa: F401 - imported for their registrations
+    acls,
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_configs,

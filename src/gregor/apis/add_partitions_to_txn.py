@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import TXN_ID, Op, allowed, cluster_allowed, denied_topics, enabled
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -36,12 +37,32 @@ async def _add(ctx: RequestContext, transactional_id: str, producer_id: int, pro
     return codes
 
 
+def _refusal(ctx: RequestContext, transactional_id: str, partitions: list[tuple[str, int]]
+             ) -> dict[tuple[str, int], ErrorCode] | None:
+    """Kafka's: WRITE on the transactional id (every partition refused), then WRITE on each topic
+    (the refused ones TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED)."""
+    if not enabled(ctx):
+        return None
+    if not allowed(ctx, Op.WRITE, TXN_ID, transactional_id):
+        return dict.fromkeys(partitions, ErrorCode.transactional_id_authorization_failed)
+    denied = denied_topics(ctx, Op.WRITE, {t for t, _ in partitions})
+    if not denied:
+        return None
+    return {tp: ErrorCode.topic_authorization_failed if tp[0] in denied else ErrorCode.operation_not_attempted
+            for tp in partitions}
+
+
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
 async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if ctx.version < 4:
-        codes = await _add(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
-                           req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
+        tid = req.v3_and_below_transactional_id
+        partitions = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+        refused = _refusal(ctx, tid, partitions)
+        codes = refused if refused is not None else await _add(
+            ctx, tid, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _codes_by_topic(codes)}
+    if enabled(ctx) and not cluster_allowed(ctx, Op.CLUSTER_ACTION):  # v4+: brokers only (Kafka's)
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "results_by_transaction": []}
     results = []
     for txn in req.transactions:
         codes = await _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import Op, config_refusal
 from gregor.apis.describe_configs import BROKER, GROUP, TOPIC
 from gregor.apis.handler import RequestContext, handles
 from gregor.assignment import steering
@@ -25,6 +26,9 @@ async def _alter(ctx: RequestContext, req: Any, incremental: bool) -> list[dict[
         res: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
                                "resource_type": r.resource_type, "resource_name": r.resource_name}
         try:
+            refused = config_refusal(ctx, Op.ALTER_CONFIGS, r.resource_type, r.resource_name)
+            if refused is not None:
+                raise KafkaError(ErrorCode[refused], "Authorization failed.")
             if r.resource_type == TOPIC:
                 values = {c.name: c.value for c in r.configs}
                 ops = {c.name: c.config_operation for c in r.configs} if incremental else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import GROUP, Op, allowed, authorized_operations, enabled
 from gregor.apis.handler import RequestContext, handles
 from gregor.apis.metadata import GROUP_OPERATIONS, OMITTED
 from gregor.coordinator.group.api import ConsumerGroupView, ConsumerHeartbeatRequest, ConsumerMemberView
@@ -99,9 +100,15 @@ def _described(group_id: str, view: ConsumerGroupView | None, ops: int) -> dict[
 
 @handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1, protocol="consumer")
 async def consumer_group_describe(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    ops = GROUP_OPERATIONS if req.include_authorized_operations else OMITTED
     out = []
     for group_id in req.group_ids:
+        ops = ((authorized_operations(ctx, GROUP, group_id) if enabled(ctx) else GROUP_OPERATIONS)
+               if req.include_authorized_operations else OMITTED)
+        if enabled(ctx) and not allowed(ctx, Op.DESCRIBE, GROUP, group_id):
+            out.append({"error_code": ErrorCode.group_authorization_failed, "error_message": None,
+                        "group_id": group_id, "group_state": "", "group_epoch": 0, "assignment_epoch": 0,
+                        "assignor_name": "", "members": [], "authorized_operations": ops})
+            continue
         try:
             out.append(_described(group_id, await ctx.groups.describe_consumer_group(group_id), ops))
         except KafkaError as e:

@@ -18,6 +18,7 @@ import asyncio
 import logging
 from typing import Any
 
+from gregor.apis.authorization import TOPIC_REFUSED, Op, denied_topics
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -32,6 +33,7 @@ HIGH_WATERMARK = -1
 async def delete_records(ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics = []
     moved: list[tuple[dict[str, Any], Partition, int]] = []  # (entry, partition, offset to wait for)
+    denied = denied_topics(ctx, Op.DELETE, (t.name for t in req.topics))
     for t in req.topics:
         topic = ctx.topics.get(t.name)
         parts = []
@@ -39,6 +41,8 @@ async def delete_records(ctx: RequestContext, req: Any) -> dict[str, Any]:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1,
                                      "error_code": ErrorCode.none}
             try:
+                if t.name in denied:
+                    raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_REFUSED)
                 if topic is None:
                     raise KafkaError(ErrorCode.unknown_topic_or_partition)
                 if topic.internal:

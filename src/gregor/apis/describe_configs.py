@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gregor.apis.authorization import Op, config_refusal
 from gregor.apis.handler import RequestContext, handles
 from gregor.cluster.dynamic_configs import SERVED
 from gregor.config import KEYS, TOPIC_KEYS, TOPIC_SYNONYMS
@@ -148,7 +149,11 @@ async def describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
         keys = list(r.configuration_keys) if r.configuration_keys is not None else None
         res: dict[str, Any] = {"error_code": ErrorCode.none, "error_message": None,
                                "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": []}
-        if r.resource_type == TOPIC:
+        refused = config_refusal(ctx, Op.DESCRIBE_CONFIGS, r.resource_type, r.resource_name)
+        if refused is not None:
+            res["error_code"] = ErrorCode[refused]
+            res["error_message"] = "Authorization failed."
+        elif r.resource_type == TOPIC:
             topic = ctx.topics.get(r.resource_name)
             if topic is None:
                 res["error_code"] = ErrorCode.unknown_topic_or_partition

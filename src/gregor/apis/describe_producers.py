@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import TOPIC_REFUSED, Op, denied_topics
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -21,12 +22,15 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 @handles(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
 async def describe_producers(ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics = []
+    denied = denied_topics(ctx, Op.READ, (t.name for t in req.topics))
     for t in req.topics:
         parts = []
         for index in t.partition_indexes:
             entry: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none, "error_message": None,
                                      "active_producers": []}
             try:
+                if t.name in denied:
+                    raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_REFUSED)
                 part = ctx.replicas.local_partition(t.name, index)
                 producers = part.log.producers()
             except KafkaError as e:

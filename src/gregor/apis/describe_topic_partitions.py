@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import TOPIC, Op, allowed_names, authorized_operations, enabled
 from gregor.apis.handler import RequestContext, handles
 from gregor.apis.metadata import NO_ID, TOPIC_OPERATIONS
 from gregor.protocol.api_keys import ApiKey
@@ -24,6 +25,9 @@ MAX_PARTITIONS_PER_RESPONSE = 2000
 async def describe_topic_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics = ctx.topics
     names = sorted({t.name for t in req.topics}) if req.topics else topics.names()
+    visible = allowed_names(ctx, Op.DESCRIBE, TOPIC, names) if enabled(ctx) else None
+    if visible is not None and not req.topics:
+        names = [n for n in names if n in visible]  # Kafka lists only the topics the principal may describe
     limit = max(1, min(req.response_partition_limit, MAX_PARTITIONS_PER_RESPONSE))
     cursor = req.cursor
     if cursor is not None:
@@ -32,6 +36,10 @@ async def describe_topic_partitions(ctx: RequestContext, req: Any) -> dict[str, 
     next_cursor: dict[str, Any] | None = None
     for i, name in enumerate(names):
         topic = topics.get(name)
+        if visible is not None and name not in visible:
+            out.append({"error_code": ErrorCode.topic_authorization_failed, "name": name, "topic_id": NO_ID,
+                        "is_internal": False, "partitions": [], "topic_authorized_operations": 0})
+            continue
         if topic is None:
             out.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name, "topic_id": NO_ID,
                          "is_internal": False, "partitions": [], "topic_authorized_operations": TOPIC_OPERATIONS})
@@ -44,7 +52,7 @@ async def describe_topic_partitions(ctx: RequestContext, req: Any) -> dict[str, 
         last = min(topic.partitions, first + limit)
         out.append({
             "error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id.bytes,
-            "is_internal": topic.internal, "topic_authorized_operations": TOPIC_OPERATIONS,
+            "is_internal": topic.internal, "topic_authorized_operations": authorized_operations(ctx, TOPIC, name),
             "partitions": [
                 {"error_code": ErrorCode.none, "partition_index": p, "leader_id": lp.leader,
                  "leader_epoch": lp.leader_epoch, "replica_nodes": lp.replicas, "isr_nodes": lp.isr,

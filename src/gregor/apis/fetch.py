@@ -36,6 +36,7 @@ import time
 import uuid
 from typing import Any
 
+from gregor.apis.authorization import TOPIC, Op, allowed_names, cluster_allowed, enabled
 from gregor.apis.handler import RequestContext, handles
 from gregor.log.file_region import FileRegion
 from gregor.protocol.api_keys import ApiKey
@@ -62,6 +63,8 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     # KIP-392: partitions whose consumer should read from another replica, and which one
     redirect: dict[tuple[str, int], int] = {}
     replica_id = _replica_id(ctx, req)
+    if enabled(ctx):
+        wanted = _authorize(ctx, wanted, replica_id)
     wanted = _check_replicas(ctx, req, wanted, redirect, replica_id)
     max_wait = req.max_wait.total_seconds()
     # Kafka: the response limit is the smaller of the request's and fetch.max.bytes, and min_bytes
@@ -97,6 +100,18 @@ async def fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | list[bytes | 
     if metrics is not None:
         metrics.account_fetch(tally, positions, served)
     return encode_fetch_response(ctx.version, ErrorCode.none, INVALID_SESSION_ID, topics)
+
+
+def _authorize(ctx: RequestContext, wanted: list[Wanted], replica_id: int) -> list[Wanted]:
+    """Kafka's: a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic;
+    what is refused is answered TOPIC_AUTHORIZATION_FAILED."""
+    if replica_id >= 0:
+        ok = cluster_allowed(ctx, Op.CLUSTER_ACTION)
+        readable = {w[0] for w in wanted if w[0] is not None} if ok else set()
+    else:
+        readable = allowed_names(ctx, Op.READ, TOPIC, {w[0] for w in wanted if w[0] is not None})
+    return [w if w[0] is None or w[0] in readable or w[5] else
+            (w[0], w[1], w[2], w[3], w[4], ErrorCode.topic_authorization_failed, w[6]) for w in wanted]
 
 
 def _replica_id(ctx: RequestContext, req: Any) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import GROUP as GROUP_RESOURCE
+from gregor.apis.authorization import TXN_ID, Op, allowed, enabled
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
@@ -20,7 +22,11 @@ GROUP, TRANSACTION = 0, 1
 def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1,
                              "error_code": ErrorCode.none, "error_message": None}
-    if key_type == TRANSACTION:
+    if enabled(ctx) and key_type in (GROUP, TRANSACTION) and not allowed(
+            ctx, Op.DESCRIBE, TXN_ID if key_type == TRANSACTION else GROUP_RESOURCE, key):
+        entry.update(error_code=ErrorCode.transactional_id_authorization_failed if key_type == TRANSACTION
+                     else ErrorCode.group_authorization_failed)
+    elif key_type == TRANSACTION:
         node_id, code, reason = ctx.transactions.locate(key)
         broker = ctx.cluster.broker(node_id) if not code else None
         entry.update(error_code=code, error_message=reason)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from gregor.apis.authorization import TOPIC, TXN_ID, Op, allowed, cluster_allowed
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -23,9 +24,19 @@ def millis(value: Any) -> int:
 
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    store = ctx.services.acls
     if req.transactional_id is None:
+        # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
+        if store is not None and not (
+                cluster_allowed(ctx, Op.IDEMPOTENT_WRITE)
+                or store.authorizer.authorize_any(str(ctx.principal), ctx.client_host, Op.WRITE, TOPIC)):
+            return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "producer_id": -1,
+                    "producer_epoch": -1}
         return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": await ctx.producer_ids.allocate(),
                 "producer_epoch": 0}
+    if store is not None and not allowed(ctx, Op.WRITE, TXN_ID, req.transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
+                "producer_id": -1, "producer_epoch": -1}
     expected_id = int(getattr(req, "producer_id", -1))  # v3+ (KIP-360)
     expected_epoch = int(getattr(req, "producer_epoch", -1))
     try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import TOPIC_REFUSED, Op, denied_topics
 from gregor.apis.handler import RequestContext, handles
 from gregor.log.storage_errors import CorruptBatch
 from gregor.protocol.api_keys import ApiKey
@@ -32,12 +33,15 @@ async def list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
     replica_id = getattr(req, "replica_id", CONSUMER_REPLICA_ID)
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     topics = []
+    denied = denied_topics(ctx, Op.DESCRIBE, (t.name for t in req.topics))
     for t in req.topics:
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition_index": p.partition_index, "error_code": ErrorCode.none,
                                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
             try:
+                if t.name in denied:
+                    raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_REFUSED)
                 epoch = getattr(p, "current_leader_epoch", -1)
                 part = (ctx.replicas.local_partition(t.name, p.partition_index, epoch)
                         if replica_id == DEBUGGING_REPLICA_ID

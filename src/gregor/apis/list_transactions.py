@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gregor.apis.authorization import TXN_ID, Op, allowed_names, enabled
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
@@ -23,6 +24,10 @@ async def list_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     result = ctx.transactions.list_transactions(list(req.state_filters), [int(p) for p in req.producer_id_filters],
                                                 int(getattr(req, "duration_filter", -1)), pattern)
     code = ErrorCode.coordinator_load_in_progress if ctx.transactions.loading() else ErrorCode.none
+    listed = result.transactions
+    if enabled(ctx):  # Kafka lists only the transactional ids the principal may describe
+        visible = allowed_names(ctx, Op.DESCRIBE, TXN_ID, {t.transactional_id for t in listed})
+        listed = [t for t in listed if t.transactional_id in visible]
     return {"throttle_time": 0, "error_code": code, "unknown_state_filters": result.unknown_state_filters,
             "transaction_states": [{"transactional_id": t.transactional_id, "producer_id": t.producer_id,
-                                    "transaction_state": t.state} for t in result.transactions]}
+                                    "transaction_state": t.state} for t in listed]}

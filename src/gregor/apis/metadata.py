@@ -5,11 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import (
+    CLUSTER,
+    TOPIC,
+    Op,
+    allowed,
+    authorized_operations,
+    cluster_allowed,
+    enabled,
+)
 from gregor.apis.handler import RequestContext, handles
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.log.topic_registry import Topic
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.security.acl import CLUSTER_NAME
 
 NO_ID = b"\x00" * 16
 
@@ -62,24 +72,44 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
     requested = req.topics
     all_topics = requested is None or (ctx.version == 0 and len(requested) == 0)
     allow_auto = getattr(req, "allow_auto_topic_creation", True) and ctx.config["auto.create.topics.enable"]
-    topic_ops = TOPIC_OPERATIONS if getattr(req, "include_topic_authorized_operations", False) else OMITTED
+    include_ops = getattr(req, "include_topic_authorized_operations", False)
+    secured = enabled(ctx)
+
+    def ops(name: str) -> int:
+        if not include_ops:
+            return OMITTED
+        return authorized_operations(ctx, TOPIC, name) if secured else TOPIC_OPERATIONS
+
+    def describable(name: str) -> bool:
+        return not secured or allowed(ctx, Op.DESCRIBE, TOPIC, name)
+
+    denied = {"error_code": ErrorCode.topic_authorization_failed, "topic_id": NO_ID, "partitions": [],
+              "is_internal": False}
     topics: list[dict[str, Any]] = []
     if all_topics:
         for t in topics_.all():
-            topics.append(topic_entry(t, ctx.cluster, topic_ops))
+            if describable(t.name):  # Kafka lists only the topics the principal may describe
+                topics.append(topic_entry(t, ctx.cluster, ops(t.name)))
     else:
         for rt in requested:
             name = rt.name
             if name is None:
                 tid = getattr(rt, "topic_id", None)
                 found = topics_.get_by_id(tid) if tid is not None else None
-                if found is None:
+                if found is None or not describable(found.name):
                     topics.append({"error_code": ErrorCode.unknown_topic_id, "name": None,
                                    "topic_id": tid.bytes if tid else NO_ID, "partitions": []})
                 else:
-                    topics.append(topic_entry(found, ctx.cluster, topic_ops))
+                    topics.append(topic_entry(found, ctx.cluster, ops(found.name)))
+                continue
+            if not describable(name):  # Kafka does not tell whether it exists
+                topics.append({**denied, "name": name})
                 continue
             topic = topics_.get(name)
+            if topic is None and allow_auto and secured and not (cluster_allowed(ctx, Op.CREATE)
+                                                                  or allowed(ctx, Op.CREATE, TOPIC, name)):
+                topics.append({**denied, "name": name})
+                continue
             if topic is None and allow_auto:
                 try:
                     topic = topics_.create_topic(name, -1, {})
@@ -90,7 +120,7 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 topics.append({"error_code": ErrorCode.unknown_topic_or_partition, "name": name,
                                "topic_id": NO_ID, "partitions": []})
             else:
-                topics.append(topic_entry(topic, ctx.cluster, topic_ops))
+                topics.append(topic_entry(topic, ctx.cluster, ops(topic.name)))
     return {
         "throttle_time": 0,
         "brokers": broker_entries(ctx),
@@ -98,6 +128,7 @@ async def metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
         "controller_id": ctx.cluster.controller_id,
         "topics": topics,
         # v8-v10 only (moved to DescribeCluster in v11)
-        "cluster_authorized_operations": (CLUSTER_OPERATIONS if getattr(req, "include_cluster_authorized_operations",
-                                                                        False) else OMITTED),
+        "cluster_authorized_operations": (authorized_operations(ctx, CLUSTER, CLUSTER_NAME)
+                                          if getattr(req, "include_cluster_authorized_operations", False)
+                                          else OMITTED),
     }

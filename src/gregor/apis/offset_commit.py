@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import commit_refusal
 from gregor.apis.handler import RequestContext, handles
 from gregor.coordinator.group.api import CommitPartition, CommitRequest, CommitResult
 from gregor.protocol.api_keys import ApiKey
@@ -22,8 +23,19 @@ async def offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
                        partitions=partitions, retention_ms=retention_ms if retention_ms >= 0 else -1,
                        api_version=ctx.version)
     errors: CommitResult
-    if not req.group_id and ctx.version >= 0 and req.generation_id_or_member_epoch >= 0:
+    refused, denied = commit_refusal(ctx, req.group_id, (t.name for t in req.topics))
+    if refused is not None:
+        errors = {(p.topic, p.partition): ErrorCode[refused] for p in partitions}
+    elif not req.group_id and ctx.version >= 0 and req.generation_id_or_member_epoch >= 0:
         errors = {(p.topic, p.partition): ErrorCode.invalid_group_id for p in partitions}
+    elif denied:  # the others are committed (Kafka's)
+        cr.partitions = [p for p in partitions if p.topic not in denied]
+        try:
+            errors = await ctx.groups.commit_offsets(cr) if cr.partitions else {}
+        except KafkaError as e:
+            errors = {(p.topic, p.partition): e.code for p in cr.partitions}
+        errors.update({(p.topic, p.partition): ErrorCode.topic_authorization_failed for p in partitions
+                       if p.topic in denied})
     else:
         try:
             errors = await ctx.groups.commit_offsets(cr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import GROUP, TOPIC, Op, allowed, allowed_names, enabled
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -16,15 +17,30 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 
 async def fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool,
                       member_id: str | None = None, member_epoch: int = -1) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    """Kafka's authorization: DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED), DESCRIBE on
+    each topic (a named topic refused: TOPIC_AUTHORIZATION_FAILED; all topics: only those)."""
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    if enabled(ctx) and not allowed(ctx, Op.DESCRIBE, GROUP, group_id):
+        code = ErrorCode.group_authorization_failed
+        return code, [] if wanted is None else _by_topic([(tp, None, code) for tp in wanted])
+    denied: set[str] = set()
+    if enabled(ctx) and wanted is not None:
+        names = {t for t, _ in wanted}
+        denied = names - allowed_names(ctx, Op.DESCRIBE, TOPIC, names)
+    asked = wanted if not denied else [tp for tp in wanted or () if tp[0] not in denied]
     try:
-        rows = await ctx.groups.fetch_offsets(group_id, wanted, member_id, member_epoch, require_stable)
+        rows = await ctx.groups.fetch_offsets(group_id, asked, member_id, member_epoch, require_stable) \
+            if asked or asked is None else []
     except KafkaError as e:
         if wanted is None:
             return e.code, []
         return e.code, _by_topic([(tp, None, e.code) for tp in wanted])
-    return ErrorCode.none, _by_topic([(tp, None, v) if isinstance(v, ErrorCode) else (tp, v, ErrorCode.none)
-                                      for tp, v in rows])
+    if wanted is None and enabled(ctx):
+        visible = allowed_names(ctx, Op.DESCRIBE, TOPIC, {tp[0] for tp, _ in rows})
+        rows = [(tp, v) for tp, v in rows if tp[0] in visible]
+    out = [(tp, None, v) if isinstance(v, ErrorCode) else (tp, v, ErrorCode.none) for tp, v in rows]
+    out += [(tp, None, ErrorCode.topic_authorization_failed) for tp in wanted or () if tp[0] in denied]
+    return ErrorCode.none, _by_topic(out)
 
 
 def _by_topic(rows: list[tuple[tuple[str, int], Any, ErrorCode]]) -> list[dict[str, Any]]:

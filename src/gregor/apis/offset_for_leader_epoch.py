@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import TOPIC_REFUSED, Op, cluster_allowed, denied_topics
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -21,12 +22,19 @@ from gregor.protocol.errors import ErrorCode, KafkaError
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
 async def offset_for_leader_epoch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     topics = []
+    names = [t.topic for t in req.topics]
+    if getattr(req, "replica_id", -1) >= 0:  # a follower: CLUSTER_ACTION on the cluster
+        denied = set() if cluster_allowed(ctx, Op.CLUSTER_ACTION) else set(names)
+    else:
+        denied = denied_topics(ctx, Op.DESCRIBE, names)
     for t in req.topics:
         parts = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition": p.partition, "error_code": ErrorCode.none,
                                      "leader_epoch": -1, "end_offset": -1}
             try:
+                if t.topic in denied:
+                    raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_REFUSED)
                 plog = ctx.replicas.leader_partition(t.topic, p.partition,
                                                      getattr(p, "current_leader_epoch", -1)).log
                 plog.ensure_loaded()

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from typing import Any
 
+from gregor.apis.authorization import TOPIC, TXN_ID, Op, allowed, allowed_names, enabled
 from gregor.apis.handler import CloseConnection, RequestContext, handles
 from gregor.log.partition_log import NO_VERIFICATION
 from gregor.protocol import record_batch as rb
@@ -96,9 +97,19 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = req.acks
     append = ctx.replicas.append_records
     timeout_s = req.timeout.total_seconds()
+    denied: dict[str, KafkaError] = {}
+    if enabled(ctx):  # Kafka: WRITE on the transactional id, then WRITE on each topic
+        names = [td.name for td in req.topic_data]
+        if req.transactional_id is not None and not allowed(ctx, Op.WRITE, TXN_ID, req.transactional_id):
+            denied = dict.fromkeys(names, KafkaError(ErrorCode.transactional_id_authorization_failed,
+                                                     "Transactional Id authorization failed."))
+        else:
+            ok = allowed_names(ctx, Op.WRITE, TOPIC, names)
+            denied = {n: KafkaError(ErrorCode.topic_authorization_failed, "Topic authorization failed.")
+                      for n in names if n not in ok}
     verified: dict[tuple[str, int], Any] = {}
-    if req.transactional_id is not None and (ctx.version >= 12
-                                             or ctx.config["transaction.partition.verification.enable"]):
+    if req.transactional_id is not None and not denied and (
+            ctx.version >= 12 or ctx.config["transaction.partition.verification.enable"]):
         verified = await _verify(ctx, req)
     waits: list[tuple[dict[str, Any], Any]] = []  # (partition response, awaitable of its error)
     responses = []
@@ -110,6 +121,8 @@ async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             p = {"index": pd.index, "error_code": ErrorCode.none, "base_offset": -1, "log_append_time": -1,
                  "log_start_offset": -1, "error_message": None}
             try:
+                if denied and name in denied:
+                    raise denied[name]
                 if acks not in (-1, 0, 1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={acks} is not -1, 0 or 1")
                 if topic is None:

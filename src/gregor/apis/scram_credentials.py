@@ -22,6 +22,7 @@ import hmac
 import logging
 from typing import Any
 
+from gregor.apis.authorization import Op, cluster_allowed
 from gregor.apis.handler import RequestContext, handles
 from gregor.cluster.credentials import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
 from gregor.protocol.api_keys import ApiKey
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 @handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, Op.DESCRIBE):
+        return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
+                "error_message": "Cluster authorization failed", "results": []}
     store = ctx.services.credentials
     if not req.users:
         names = sorted(u for u, mechs in store.users.items() if mechs)
@@ -68,6 +72,11 @@ def _check(name: str, mechanism: int) -> tuple[ErrorCode, str] | None:
 
 @handles(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def alter_user_scram_credentials(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if not cluster_allowed(ctx, Op.ALTER):
+        return {"throttle_time": 0, "results": [
+            {"user": name, "error_code": ErrorCode.cluster_authorization_failed,
+             "error_message": "Cluster authorization failed"}
+            for name in dict.fromkeys([*(d.name for d in req.deletions), *(u.name for u in req.upsertions)])]}
     store = ctx.services.credentials
     errors: dict[str, tuple[ErrorCode, str]] = {}
     deletions: dict[str, int] = {}

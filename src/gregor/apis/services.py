@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from gregor.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from gregor.cluster.acl_store import AclStore
     from gregor.cluster.credentials import CredentialStore
     from gregor.cluster.dynamic_configs import DynamicConfigs
     from gregor.cluster.metadata import ClusterMetadata
@@ -56,3 +57,4 @@ class Services:
     replicas: ReplicaManager  # the partitions hosted here: leadership, appends, acks=all (the replication seam)
     controller: ControllerService  # ControlledShutdown (NoController on one node)
     transactions: TransactionCoordinatorService  # the transaction coordinator and its markers
+    acls: AclStore | None = None  # authorizer.class.name set: the ACLs and their authorizer (security/acl.py)

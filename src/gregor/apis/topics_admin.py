@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from gregor.apis.authorization import TOPIC, TOPIC_REFUSED, Op, allowed, cluster_allowed, enabled
 from gregor.apis.describe_configs import topic_config_entries
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
@@ -28,12 +29,16 @@ async def create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
     seen: set[str] = set()
     budget = PartitionBudget(ctx.config)
     creations = []
+    secured = enabled(ctx)  # Kafka: CREATE on the cluster, or on each topic
+    may_create_any = secured and cluster_allowed(ctx, Op.CREATE)
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None,
                                "num_partitions": -1, "replication_factor": -1, "configs": None,
                                "topic_id": None}
         results.append(res)
         try:
+            if secured and not (may_create_any or allowed(ctx, Op.CREATE, TOPIC, t.name)):
+                raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_REFUSED)
             if t.name in seen:
                 raise KafkaError(ErrorCode.invalid_request, f"topic '{t.name}' appears twice in the request")
             seen.add(t.name)
@@ -99,6 +104,8 @@ async def _delete_one(ctx: RequestContext, res: dict[str, Any]) -> None:
             if topic is None:
                 raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {res['topic_id']}")
             name = res["name"] = topic.name
+        if enabled(ctx) and not allowed(ctx, Op.DELETE, TOPIC, name):
+            raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_REFUSED)
         deleted = await ctx.topics.delete_topic_async(name)
         res["topic_id"] = deleted.topic_id
     except KafkaError as e:
@@ -113,6 +120,8 @@ async def create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         try:
+            if enabled(ctx) and not allowed(ctx, Op.ALTER, TOPIC, t.name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_REFUSED)
             existing = ctx.topics.get(t.name)
             if existing is not None and t.count > existing.partitions:
                 budget.take(t.count - existing.partitions)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import commit_refusal
 from gregor.apis.handler import RequestContext, handles
 from gregor.coordinator.group.api import CommitPartition, CommitRequest
 from gregor.log.partition_log import NO_VERIFICATION
@@ -60,11 +61,17 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
                   for t in req.topics for p in t.partitions]
     commit = CommitRequest(req.group_id, getattr(req, "generation_id", -1), getattr(req, "member_id", "") or "",
                            getattr(req, "group_instance_id", None), partitions, api_version=9)
-    try:
-        guard = await _verify(ctx, req)
-        codes = await ctx.groups.txn_commit_offsets(commit, req.producer_id, req.producer_epoch, guard)
-    except KafkaError as e:
-        codes = {(p.topic, p.partition): e.code for p in partitions}
+    refused, denied = commit_refusal(ctx, req.group_id, (t.name for t in req.topics), req.transactional_id)
+    if refused is not None or denied:  # Kafka answers the whole request with the refusal
+        codes = {(p.topic, p.partition): ErrorCode[refused] if refused else
+                 ErrorCode.topic_authorization_failed if p.topic in denied else ErrorCode.unknown_topic_or_partition
+                 for p in partitions}
+    else:
+        try:
+            guard = await _verify(ctx, req)
+            codes = await ctx.groups.txn_commit_offsets(commit, req.producer_id, req.producer_epoch, guard)
+        except KafkaError as e:
+            codes = {(p.topic, p.partition): e.code for p in partitions}
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), code in codes.items():
         if code == ErrorCode.producer_fenced and ctx.version < 2:

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from gregor.apis.authorization import Op, cluster_allowed, enabled
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 1)
 async def write_txn_markers(ctx: RequestContext, req: Any) -> dict[str, Any]:
     out = []
+    refused = enabled(ctx) and not cluster_allowed(ctx, Op.CLUSTER_ACTION)  # brokers only (Kafka's)
     for m in req.markers:
         partitions = [(t.name, p) for t in m.topics for p in t.partition_indexes]
-        codes = await ctx.transactions.local_markers.write(m.producer_id, m.producer_epoch, m.coordinator_epoch,
+        codes = dict.fromkeys(partitions, ErrorCode.cluster_authorization_failed) if refused else \
+            await ctx.transactions.local_markers.write(m.producer_id, m.producer_epoch, m.coordinator_epoch,
                                                            bool(m.transaction_result), partitions)
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition), code in codes.items():

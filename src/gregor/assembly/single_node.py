@@ -10,6 +10,7 @@ from typing import Any
 
 from gregor.apis.services import NoController, Services
 from gregor.assembly.parts import BrokerParts
+from gregor.cluster.acl_store import AclStore, FileAclStore
 from gregor.cluster.credentials import ScramCredentials
 from gregor.cluster.dynamic_configs import DynamicConfigs
 from gregor.cluster.meta_properties import load_cluster_id
@@ -27,6 +28,7 @@ from gregor.metrics.registry import BrokerMetrics
 from gregor.metrics.telemetry import LeaderSink, TelemetryWriter
 from gregor.metrics.transactions import TransactionMetrics
 from gregor.replication.single_node import SingleNodeReplicas
+from gregor.security.acl import Authorizer, parse_super_users
 from gregor.security.listeners import Listener
 
 
@@ -67,7 +69,8 @@ def build_single_node(config: BrokerConfig, connections: Callable[[], int]) -> B
 def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, cluster: ClusterMetadata,
             topics: TopicAdmin, replicas: Any, producer_ids: ProducerIdManager, membership: Any,
             connections: Callable[[], int], create_internal_topics_at_start: bool, offsets_replication_factor: int,
-            controller: Any, transaction_replication_factor: int, credentials: Any = None) -> BrokerParts:
+            controller: Any, transaction_replication_factor: int, credentials: Any = None,
+            acls: Callable[[Authorizer], AclStore] | None = None) -> BrokerParts:
     """The parts both builders make the same way, over the parts that differ."""
     node_id: int = config["node.id"]
     dynamic_configs = DynamicConfigs(config, node_id, logs, registry)
@@ -90,10 +93,14 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
         telemetry = TelemetryWriter(node_id, topics, logs, metrics, config["telemetry.topic.num.partitions"],
                                     LeaderSink(cluster, replicas),
                                     create_topic_at_start=create_internal_topics_at_start)
+    acl_store: AclStore | None = None
+    if config["authorizer.class.name"]:
+        authorizer = Authorizer(parse_super_users(config["super.users"]), config["allow.everyone.if.no.acl.found"])
+        acl_store = (acls or (lambda a: FileAclStore(config.data_dir, a)))(authorizer)
     services = Services(config=config, cluster=cluster, logs=logs, topics=topics, groups=groups,
                         producer_ids=producer_ids, dynamic_configs=dynamic_configs,
                         credentials=credentials if credentials is not None else ScramCredentials(config.data_dir),
                         metrics=metrics, replicas=replicas,
-                        controller=controller, transactions=transactions)
+                        controller=controller, transactions=transactions, acls=acl_store)
     return BrokerParts(config, registry, logs, cluster, topics, replicas, producer_ids, dynamic_configs, groups,
                        metrics, telemetry, services, membership, transactions)

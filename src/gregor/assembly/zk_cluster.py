@@ -19,6 +19,7 @@ from gregor.cluster.controller import Controller
 from gregor.cluster.meta_properties import store_cluster_id, stored_cluster_id
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.cluster.zk import znodes
+from gregor.cluster.zk.acl_store import ZkAclStore
 from gregor.cluster.zk.client import ConnectionLoss, SessionExpiredError, ZkClient
 from gregor.cluster.zk.group_configs import ZkGroupConfigs
 from gregor.cluster.zk.metadata import ZkClusterMetadata
@@ -56,6 +57,7 @@ class ZkMembership:
         self.controller = controller
         self.group_configs = group_configs
         self.credentials = credentials
+        self.acls: ZkAclStore | None = None
         self.data_dir = data_dir
         self.registrar: BrokerRegistrar | None = None
         self.session_guard = SessionGuard(zk, znodes.broker_path(self.node_id), zk.session_timeout_ms)
@@ -75,6 +77,8 @@ class ZkMembership:
         # it to come back, as Kafka's retryRequestsUntilConnected (SIGTERM still stops the broker)
         await until_connected(self.group_configs.start, "reading the group configs")  # before coordinating
         await until_connected(self.credentials.start, "reading the SCRAM credentials")  # before serving
+        if self.acls is not None:
+            await until_connected(self.acls.start, "reading the ACLs")  # before serving
         await self.metadata.start()
         self.topics.forget_topics_not_in(set(self.metadata.assignments))
         stored = stored_cluster_id(self.data_dir, self.node_id)
@@ -137,6 +141,8 @@ class ZkMembership:
         await self.metadata.stop()
         await self.group_configs.stop()
         self.credentials.stop()
+        if self.acls is not None:
+            self.acls.stop()
         await _step("closing the ZooKeeper session", self.zk.stop(), 5)
 
     async def finish(self, final_telemetry: Callable[[], Awaitable[None]]) -> None:
@@ -208,9 +214,10 @@ def build_zk_cluster(config: BrokerConfig, connections: Callable[[], int],
                     None, connections, create_internal_topics_at_start=False,
                     offsets_replication_factor=config["offsets.topic.replication.factor"], controller=controller,
                     transaction_replication_factor=config["transaction.state.log.replication.factor"],
-                    credentials=credentials)
+                    credentials=credentials, acls=lambda authorizer: ZkAclStore(zk, authorizer))
     # a cluster's group configs are ZooKeeper's, mirrored by every broker
     group_configs = ZkGroupConfigs(zk, parts.dynamic_configs, parts.groups)
-    parts.membership = ZkMembership(config, zk, metadata, topics, replicas, controller, group_configs, credentials,
-                                    config.data_dir)
+    parts.membership = membership = ZkMembership(config, zk, metadata, topics, replicas, controller, group_configs,
+                                                 credentials, config.data_dir)
+    membership.acls = parts.services.acls  # type: ignore[assignment]  # a ZkAclStore when set
     return parts

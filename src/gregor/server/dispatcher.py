@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from gregor.apis import REGISTRY
+from gregor.apis.authorization import gate
 from gregor.apis.handler import AUTHENTICATOR, CloseConnection, RequestContext, api_versions_body
 from gregor.apis.services import Services
 from gregor.log.file_region import FileRegion
@@ -63,6 +64,15 @@ class Dispatcher:
             raise CloseConnection from None
         ctx = RequestContext(self.services, header, peer.rsplit(":", 1)[0], connection_state)
         started = time.perf_counter()
+        refused = gate(ctx, api_key, request) if self.services.acls is not None else None
+        if refused is not None:  # one resource, and the principal may not: the error alone
+            log.info("%s v%d from %s (%s) refused: %s", ApiKey(api_key).name, version, peer, ctx.principal, refused)
+            refusal = error_body(api_key, version, ErrorCode[refused])
+            if refusal is None:
+                raise CloseConnection
+            refusal_head = codec.response_header(api_key, version, corr)
+            encoded = encode(codec.response_schema(api_key, version), refusal)
+            return [(len(refusal_head) + len(encoded)).to_bytes(4, "big") + refusal_head + encoded]
         try:
             result = await reg.handler(ctx, request)
         except CloseConnection:
