@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gregor import __version__
-from gregor.admin import groups_cli, topics_cli, transactions_cli
+from gregor.admin import acls_cli, groups_cli, topics_cli, transactions_cli, users_cli
 from gregor.admin.client import AdminError
 from gregor.config import ConfigError
 from gregor.lagreport import cli as lag_cli
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups_cli.add_parser(sub)
     topics_cli.add_parser(sub)
     transactions_cli.add_parser(sub)
+    acls_cli.add_parser(sub)
+    users_cli.add_parser(sub)
     lag_cli.add_parser(sub)
     return parser
 
@@ -59,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.command == "lag-report":
         return lag_cli.run(args)
-    tool = {"groups": groups_cli, "topics": topics_cli, "transactions": transactions_cli}[args.command]
+    tool = {"groups": groups_cli, "topics": topics_cli, "transactions": transactions_cli, "acls": acls_cli,
+            "users": users_cli}[args.command]
     try:
         return tool.run(args)
     except AdminError as e:

@@ -11,6 +11,7 @@ from gregor.admin.wire_client import WireClient
 from gregor.protocol import codec
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
+from gregor.security.client import ClientSecurity
 
 # highest version of each API this client speaks (the broker may offer fewer)
 PREFERRED = {
@@ -36,9 +37,12 @@ class Node:
 class Connection:
     """A connection to one broker with the API versions it offered."""
 
-    def __init__(self, host: str, port: int, timeout: float, client_id: str) -> None:
+    def __init__(self, host: str, port: int, timeout: float, client_id: str,
+                 security: ClientSecurity | None = None) -> None:
         try:
-            self.wire = WireClient(f"{host}:{port}", timeout, client_id)
+            self.wire = WireClient(f"{host}:{port}", timeout, client_id, security)
+        except PermissionError as e:
+            raise AdminError(f"{host}:{port}: {e}") from None
         except OSError as e:
             raise AdminError(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
         self.versions: dict[int, tuple[int, int]] = {}
@@ -83,9 +87,11 @@ class AdminClient:
     """``bootstrap``: host:port[,host:port...]; requests without a node go to the first of them
     that answers (a cluster can be asked through any live broker)."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "gregor-cli") -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str = "gregor-cli",
+                 security: ClientSecurity | None = None) -> None:
         self.timeout = timeout
         self.client_id = client_id
+        self.security = security
         self._conns: dict[tuple[str, int], Connection] = {}
         self.bootstraps: list[tuple[str, int]] = []
         for entry in bootstrap.split(","):
@@ -129,7 +135,7 @@ class AdminClient:
     def _connect(self, key: tuple[str, int]) -> Connection:
         c = self._conns.get(key)
         if c is None:
-            c = self._conns[key] = Connection(key[0], key[1], self.timeout, self.client_id)
+            c = self._conns[key] = Connection(key[0], key[1], self.timeout, self.client_id, self.security)
         return c
 
     def close(self) -> None:

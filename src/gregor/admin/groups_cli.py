@@ -11,7 +11,7 @@ from typing import Any
 
 from gregor.admin import steering_cli
 from gregor.admin.client import AdminClient, AdminError
-from gregor.admin.output import add_action, add_common_options, emit
+from gregor.admin.output import add_action, add_common_options, admin_client, emit
 from gregor.assignment import steering
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC, java_string_hashcode, kafka_abs
@@ -49,7 +49,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    admin = AdminClient(args.bootstrap_server)
+    admin = admin_client(args)
     try:
         return {"list": list_groups, "describe": describe, "reset-offsets": reset_offsets, "delete": delete,
                 "delete-offsets": delete_offsets, "coordinator": coordinator,

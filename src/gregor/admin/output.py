@@ -16,6 +16,27 @@ def add_common_options(p: argparse.ArgumentParser, suppress: bool = False) -> No
                    metavar="HOST:PORT", help="a broker to bootstrap from (default 127.0.0.1:9092)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="machine-readable output")
+    p.add_argument("--command-config", default=argparse.SUPPRESS if suppress else None, metavar="FILE",
+                   help="client properties for the connection, as Kafka's tools take them (security.protocol, "
+                        "sasl.mechanism, sasl.jaas.config, ssl.truststore.location, ...)")
+
+
+def admin_client(args: argparse.Namespace) -> Any:
+    """The tool's AdminClient: --bootstrap-server, with --command-config's security."""
+    from gregor.admin.client import AdminClient, AdminError
+    from gregor.config import ConfigError, read_properties
+    from gregor.security.client import ClientSecurityError, client_security_from_properties
+
+    security = None
+    path = getattr(args, "command_config", None)
+    if path:
+        from pathlib import Path
+
+        try:
+            security = client_security_from_properties(read_properties(Path(path)))
+        except (ConfigError, ClientSecurityError) as e:
+            raise AdminError(f"--command-config {path}: {e}") from None
+    return AdminClient(args.bootstrap_server, security=security)
 
 
 def add_action(subparsers: Any, name: str, help_: str) -> argparse.ArgumentParser:

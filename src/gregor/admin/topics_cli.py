@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from gregor.admin.client import AdminClient, AdminError
-from gregor.admin.output import add_action, add_common_options, emit
+from gregor.admin.output import add_action, add_common_options, admin_client, emit
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 
@@ -29,7 +29,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    admin = AdminClient(args.bootstrap_server)
+    admin = admin_client(args)
     try:
         return {"list": list_topics, "describe": describe, "create": create, "delete": delete}[args.action](admin, args)
     finally:

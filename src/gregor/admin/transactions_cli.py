@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from gregor.admin.client import AdminClient, AdminError, Connection, Node
-from gregor.admin.output import add_action, add_common_options, emit, format_table
+from gregor.admin.output import add_action, add_common_options, admin_client, emit, format_table
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 from gregor.protocol.transaction_log import TxnState
@@ -98,7 +98,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    admin = AdminClient(args.bootstrap_server)
+    admin = admin_client(args)
     try:
         return {"list": list_transactions, "describe": describe, "describe-producers": describe_producers,
                 "abort": abort, "find-hanging": find_hanging}[args.action](admin, args)

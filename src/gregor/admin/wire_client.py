@@ -22,6 +22,7 @@ from typing import Any
 
 from gregor.protocol.client_frames import SIZE as _SIZE
 from gregor.protocol.client_frames import decode_response_frame, request_frame, request_header
+from gregor.security.client import ClientSecurity
 
 __all__ = ["WireClient", "decode_response_frame", "request_frame", "request_header"]
 
@@ -32,11 +33,54 @@ class WireClient:
     client_id: str = "wire"
     corr: int = 0  # correlation id of the last request
 
-    def __init__(self, bootstrap: str, timeout: float = 10, client_id: str = "wire") -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10, client_id: str = "wire",
+                 security: ClientSecurity | None = None) -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.client_id = client_id
         self.corr = 0
+        if security is not None and security.ssl_context is not None:
+            try:
+                self.sock = security.ssl_context.wrap_socket(self.sock, server_hostname=host)
+            except OSError:
+                self.sock.close()
+                raise
+        if security is not None and security.sasl_mechanism:
+            try:
+                self._authenticate(security)
+            except OSError:
+                self.sock.close()
+                raise
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v2 rounds (PLAIN, SCRAM); PermissionError with
+        the broker's message when it refuses."""
+        from gregor.protocol.api_keys import ApiKey
+        from gregor.security.sasl import SaslAuthenticationError
+        from gregor.security.sasl.plain import plain_client_token
+        from gregor.security.sasl.scram import ScramClient
+
+        mechanism = security.sasl_mechanism
+        hs = self.call(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        if hs.error_code:
+            raise PermissionError(f"the broker does not serve SASL mechanism {mechanism} (it serves "
+                                  f"{', '.join(hs.mechanisms) or 'none'})")
+
+        def step(token: bytes) -> bytes:
+            r = self.call(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+            if r.error_code:
+                raise PermissionError(f"authentication as {security.username} failed: {r.error_message}")
+            return bytes(r.auth_bytes)
+
+        try:
+            if mechanism == "PLAIN":
+                step(plain_client_token(security.username, security.password))
+            else:
+                assert mechanism is not None
+                scram = ScramClient(mechanism, security.username, security.password)
+                scram.verify(step(scram.final(step(scram.first()))))
+        except SaslAuthenticationError as e:
+            raise PermissionError(str(e)) from None
 
     def close(self) -> None:
         self.sock.close()

@@ -60,7 +60,7 @@ def _order(b: AclBinding) -> tuple[Any, ...]:
 
 @handles(ApiKey.DESCRIBE_ACLS, 1, 3)
 async def describe_acls(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    store = ctx.services.acls
+    store = getattr(ctx.services, "acls", None)
     if store is None:
         return {"throttle_time": 0, "error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER,
                 "resources": []}
@@ -77,7 +77,7 @@ async def describe_acls(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 @handles(ApiKey.CREATE_ACLS, 1, 3)
 async def create_acls(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    store = ctx.services.acls
+    store = getattr(ctx.services, "acls", None)
     if store is None:
         return {"throttle_time": 0, "results": [{"error_code": ErrorCode.security_disabled,
                                                  "error_message": NO_AUTHORIZER} for _ in req.creations]}
@@ -112,7 +112,7 @@ async def create_acls(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 @handles(ApiKey.DELETE_ACLS, 1, 3)
 async def delete_acls(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    store = ctx.services.acls
+    store = getattr(ctx.services, "acls", None)
     if store is None:
         return {"throttle_time": 0, "filter_results": [
             {"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER, "matching_acls": []}

@@ -24,7 +24,7 @@ def millis(value: Any) -> int:
 
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    store = ctx.services.acls
+    store = getattr(ctx.services, "acls", None)
     if req.transactional_id is None:
         # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
         if store is not None and not (

@@ -64,7 +64,7 @@ class Dispatcher:
             raise CloseConnection from None
         ctx = RequestContext(self.services, header, peer.rsplit(":", 1)[0], connection_state)
         started = time.perf_counter()
-        refused = gate(ctx, api_key, request) if self.services.acls is not None else None
+        refused = gate(ctx, api_key, request) if getattr(self.services, "acls", None) is not None else None
         if refused is not None:  # one resource, and the principal may not: the error alone
             log.info("%s v%d from %s (%s) refused: %s", ApiKey(api_key).name, version, peer, ctx.principal, refused)
             refusal = error_body(api_key, version, ErrorCode[refused])
