@@ -267,6 +267,9 @@ KEYS: dict[str, Key] = {
         Key("sasl.enabled.mechanisms", _csv_upper, ("GSSAPI",),
             "SASL mechanisms served (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER; Kafka's default GSSAPI "
             "is not served)"),
+        Key("sasl.server.callback.handler.class", _text, None,
+            "OAUTHBEARER's token validator as package.module:function (per listener and mechanism as "
+            "listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class)"),
         Key("sasl.mechanism.inter.broker.protocol", _text, "GSSAPI",
             "the SASL mechanism a broker authenticates to the others with"),
         Key("sasl.jaas.config", _text, None,

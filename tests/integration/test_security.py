@@ -87,6 +87,28 @@ def test_confluent_kafka_with_scram_over_sasl_ssl_and_client_certificates_over_s
     assert confluent_round_trip(conf, new_topic(secure), b"plain") == [b"plain"]
 
 
+def test_oauthbearer_with_librdkafkas_unsecured_jwt(secure):
+    conf = {"bootstrap.servers": secure.bootstrap("SASL_SSL"), "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(secure.pki.ca), "sasl.mechanism": "OAUTHBEARER",
+            "sasl.oauthbearer.config": "principal=carol lifeSeconds=600", "enable.sasl.oauthbearer.unsecure.jwt": True}
+    assert confluent_round_trip(conf, new_topic(secure), b"jwt") == [b"jwt"]
+    # a token that expired is refused with Kafka's challenge-then-failure
+    import base64
+    import json
+
+    def part(obj: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    expired = f"{part({'alg': 'none'})}.{part({'sub': 'carol', 'exp': 1000, 'iat': 900})}."
+    with raw_connection(secure.ports["SASL_PLAINTEXT"]) as sock:
+        assert call(sock, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "OAUTHBEARER"}).error_code == ErrorCode.none
+        r = call(sock, ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": f"n,,\x01auth=Bearer {expired}\x01\x01".encode()},
+                 corr=2)
+        assert r.error_code == ErrorCode.none and json.loads(bytes(r.auth_bytes)) == {"status": "invalid_token"}
+        r = call(sock, ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\x01"}, corr=3)
+        assert r.error_code == ErrorCode.sasl_authentication_failed and "expired" in r.error_message
+
+
 def test_metadata_answers_with_the_listener_the_client_came_in_on(secure):
     for listener, conf in (
             ("PLAINTEXT", {}),
@@ -179,7 +201,7 @@ def test_an_unknown_mechanism_is_answered_with_the_enabled_ones_then_closed(secu
     with raw_connection(secure.ports["SASL_PLAINTEXT"]) as sock:
         r = call(sock, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"})
         assert r.error_code == ErrorCode.unsupported_sasl_mechanism
-        assert list(r.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        assert list(r.mechanisms) == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
         assert closed(sock)
 
 

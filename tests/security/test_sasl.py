@@ -129,3 +129,42 @@ def test_random_tokens_only_ever_fail_authentication(mechanism, tokens):
         if done:
             assert mechanism == "PLAIN" and token in (b"\0a\0x", b"\0b\0y", b"a\0a\0x", b"b\0b\0y")
             return
+
+
+def _jwt(claims: dict, alg: str = "none", signature: str = "") -> str:
+    import json
+
+    def part(obj: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': alg})}.{part(claims)}.{signature}"
+
+
+def test_oauthbearer_unsecured_validator_as_kafkas():
+    from gregor.security.sasl.oauthbearer import OAuthBearerServer, unsecured_validator
+
+    validate = unsecured_validator(required_scopes=("kafka",), clock=lambda: 1000.0)
+    assert validate(_jwt({"sub": "carol", "exp": 1600, "iat": 990, "scope": "kafka other"})) == ("carol", 600_000)
+    for bad, reason in ((_jwt({"sub": "c", "exp": 999, "scope": "kafka"}), "expired"),
+                        (_jwt({"sub": "c", "exp": 2000, "iat": 1500, "scope": "kafka"}), "future"),
+                        (_jwt({"sub": "c", "exp": 2000}), "scope"),
+                        (_jwt({"exp": 2000, "scope": "kafka"}), "sub"),
+                        (_jwt({"sub": "c", "exp": 2000, "scope": "kafka"}, alg="HS256"), "alg none"),
+                        (_jwt({"sub": "c", "exp": 2000, "scope": "kafka"}, signature="abc"), "signature"),
+                        ("garbage", "three")):
+        with pytest.raises(ValueError, match=reason):
+            validate(bad)
+    server = OAuthBearerServer(validate)
+    step = server.evaluate(f"n,,\x01auth=Bearer {_jwt({'sub': 'c', 'exp': 999})}\x01\x01".encode())
+    assert not step.complete and b"invalid_token" in step.challenge
+    with pytest.raises(SaslAuthenticationError, match="expired"):
+        server.evaluate(b"\x01")
+
+
+def test_oauthbearer_validator_plug_in():
+    from gregor.security.sasl.oauthbearer import load_validator
+
+    assert load_validator("tests.security.validators:always_dave")("anything") == ("dave", 1000)
+    for spec in ("nope", "no.such.module:fn", "tests.security.validators:missing"):
+        with pytest.raises(ValueError):
+            load_validator(spec)

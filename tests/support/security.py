@@ -36,7 +36,7 @@ def secure_broker(data_dir: Path, pki: Pki, **extra: str) -> SecureBroker:
     ports = {"PLAINTEXT": plain, "SASL_SSL": free_port(), "SASL_PLAINTEXT": free_port(), "SSL": free_port()}
     overrides = {
         "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_encrypted),
         "ssl.key.password": KEY_PASSWORD, "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
         "listener.name.ssl.ssl.client.auth": "required",

@@ -25,13 +25,14 @@ from gregor.security.jaas import PLAIN_MODULE, JaasError, parse_jaas
 from gregor.security.listeners import Listener
 from gregor.security.principal import USER, Principal, SslPrincipalMapper
 from gregor.security.sasl import SaslAuthenticationError, SaslServer
+from gregor.security.sasl.oauthbearer import OAuthBearerServer, load_validator, unsecured_validator
 from gregor.security.sasl.plain import PlainServer, plain_users
 from gregor.security.sasl.scram import DIGESTS, CredentialLookup, ScramServer
 from gregor.security.tls import Setting, TlsConfigError, certificate_subject, server_context
 
 log = logging.getLogger(__name__)
 
-SERVED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SERVED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 PRE_AUTHENTICATION_APIS = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 AUTHENTICATION_TIMEOUT_S = 30.0  # a connection that has not authenticated by then is closed
@@ -123,12 +124,43 @@ def build_listener_security(listener: Listener, setting: Setting, scram: Credent
                 for m in modules:
                     users.update(plain_users(m.options))
                 servers[mechanism] = lambda users=users: PlainServer(users)  # type: ignore[misc]
+            elif mechanism == "OAUTHBEARER":
+                servers[mechanism] = _oauthbearer(listener, setting)
             else:
                 servers[mechanism] = lambda mechanism=mechanism: ScramServer(mechanism, scram)  # type: ignore[misc]
         out.sasl = SaslSettings(served, servers, int(setting("connections.max.reauth.ms") or 0),
                                 int(setting("connection.failed.authentication.delay.ms") or 0),
                                 int(setting("sasl.server.max.receive.size") or 524288))
     return out
+
+
+def _oauthbearer(listener: Listener, setting: Setting) -> Callable[[], SaslServer]:
+    """OAUTHBEARER's validator: ``<l>.oauthbearer.sasl.server.callback.handler.class`` as
+    ``package.module:function``, else Kafka's unsecured-JWT development validator with the options of
+    the listener's OAuthBearerLoginModule JAAS entry (unsecuredValidator*)."""
+    handler = setting("oauthbearer.sasl.server.callback.handler.class") or setting("sasl.server.callback.handler.class")
+    if handler:
+        try:
+            validate = load_validator(str(handler))
+        except ValueError as e:
+            raise SecurityConfigError(f"listener {listener.name}, OAUTHBEARER: {e}") from None
+    else:
+        options: dict[str, str] = {}
+        jaas = _jaas_for(setting, "OAUTHBEARER")
+        if jaas:
+            try:
+                for m in parse_jaas(jaas):
+                    options.update(m.options)
+            except JaasError as e:
+                raise SecurityConfigError(f"listener {listener.name}, OAUTHBEARER: {e}") from None
+        log.warning("listener %s serves OAUTHBEARER with unsecured JWTs (Kafka's development validator): set "
+                    "listener.name.%s.oauthbearer.sasl.server.callback.handler.class for production",
+                    listener.name, listener.name.lower())
+        validate = unsecured_validator(
+            options.get("unsecuredValidatorPrincipalClaimName", "sub"),
+            tuple(s.strip() for s in options.get("unsecuredValidatorRequiredScope", "").split(",") if s.strip()),
+            int(options.get("unsecuredValidatorAllowableClockSkewMs", "0")) // 1000)
+    return lambda: OAuthBearerServer(validate)
 
 
 class Authenticator:
