@@ -70,3 +70,22 @@ def test_ssl_principal_mapping_rules_as_kafka():
         SslPrincipalMapper("RULE:^CN=x$/$1/").name(dn)  # no rule matches
     with pytest.raises(MappingRuleError):
         SslPrincipalMapper("RULE:nope")
+
+
+def test_java_client_properties_as_librdkafka_takes_them():
+    from gregor.security.librdkafka import ClientPropertiesError, librdkafka_config
+
+    got = librdkafka_config({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" '
+                            'password="p";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem", "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": "/me.pem", "ssl.key.password": "k"})
+    assert got == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u",
+                   "sasl.password": "p", "ssl.ca.location": "/ca.pem", "ssl.certificate.location": "/me.pem",
+                   "ssl.key.location": "/me.pem", "ssl.key.password": "k"}
+    oauth = librdkafka_config({"sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
+                               'OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="carol";'})
+    assert oauth == {"enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": "principal=carol"}
+    with pytest.raises(ClientPropertiesError):
+        librdkafka_config({"ssl.truststore.type": "PKCS12", "ssl.truststore.location": "/x.p12"})

@@ -74,6 +74,8 @@ def spark_conf(text: str) -> tuple[str, str]:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("lag-report", help="Spark job: lag, statuses and throughput from the telemetry history")
     p.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    p.add_argument("--command-config", type=Path, metavar="FILE",
+                   help="Kafka client properties for the connections (security.protocol, sasl.*, ssl.*)")
     p.add_argument("--out", type=Path, default=Path("lag-report"), help="output directory (default ./lag-report)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--window", type=window_size, default=10, help="samples per status window (default 10)")
@@ -95,7 +97,8 @@ def preflight(opts: JobOptions) -> str | None:
     from confluent_kafka.admin import AdminClient
 
     try:
-        topics = AdminClient({"bootstrap.servers": opts.bootstrap, "log_level": 0}).list_topics(timeout=10).topics
+        admin = AdminClient({"bootstrap.servers": opts.bootstrap, "log_level": 0, **opts.client})
+        topics = admin.list_topics(timeout=10).topics
     except Exception as e:  # noqa: BLE001 - KafkaException and friends: report, don't trace
         return f"cannot reach {opts.bootstrap}: {e}"
     if opts.telemetry_topic not in topics:
@@ -136,8 +139,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from gregor.lagreport import job, report
 
+    client: dict[str, str] = {}
+    if args.command_config is not None:
+        from gregor.config import ConfigError, read_properties
+        from gregor.security.librdkafka import ClientPropertiesError, librdkafka_config
+
+        try:
+            client = librdkafka_config(read_properties(args.command_config))
+        except (ConfigError, ClientPropertiesError) as e:
+            print(f"gregor lag-report: --command-config {args.command_config}: {e}", file=sys.stderr)
+            return 2
     opts = JobOptions(args.bootstrap_server, args.out, args.window, args.top, args.since, args.until,
-                      args.telemetry_topic, args.offsets_topic, args.bucket)
+                      args.telemetry_topic, args.offsets_topic, args.bucket, client)
     if opts.since_ms is not None and opts.until_ms is not None and opts.since_ms > opts.until_ms:
         print("gregor lag-report: --since is after --until", file=sys.stderr)
         return 2

@@ -41,7 +41,7 @@ Timestamps are epoch milliseconds (``long``) in every table.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +70,19 @@ class JobOptions:
     telemetry_topic: str = TELEMETRY_TOPIC
     offsets_topic: str = OFFSETS_TOPIC
     bucket_ms: int | None = None  # the timeline's grid; None: the telemetry interval found in the data
+    client: dict[str, str] = field(default_factory=dict)  # security settings (librdkafka's names; --command-config)
+
+    @property
+    def kafka_options(self) -> dict[str, str]:
+        """The client settings as the readers' ``kafka.*`` options."""
+        return {f"kafka.{k}": v for k, v in self.client.items()}
 
 
 def _read_topic(spark: Any, opts: JobOptions, topic: str, **extra: str) -> Any:
     parallelism = 4 * max(1, spark.sparkContext.defaultParallelism)  # more ranges than cores: measured faster
     return (spark.read.format("gregor").option("bootstrap.servers", opts.bootstrap).option("subscribe", topic)
             .option("startingOffsets", "earliest").option("failOnDataLoss", "false")
-            .option("minPartitions", str(parallelism)).options(**extra).load())
+            .option("minPartitions", str(parallelism)).options(**opts.kafka_options).options(**extra).load())
 
 
 def load_telemetry(spark: Any, opts: JobOptions) -> Any:
@@ -101,7 +107,8 @@ def load_samples(spark: Any, opts: JobOptions) -> Any:
     sources.register(spark)
     bounds = {name: str(v) for name, v in (("since", opts.since_ms), ("until", opts.until_ms)) if v is not None}
     return (spark.read.format(sources.SAMPLES_SOURCE).option("bootstrap.servers", opts.bootstrap)
-            .option("topic", opts.telemetry_topic).option("window", str(opts.window)).options(**bounds).load())
+            .option("topic", opts.telemetry_topic).option("window", str(opts.window)).options(**bounds)
+            .options(**opts.kafka_options).load())
 
 
 def load_commits(spark: Any, opts: JobOptions) -> Any:
@@ -111,7 +118,8 @@ def load_commits(spark: Any, opts: JobOptions) -> Any:
     parallelism = 4 * max(1, spark.sparkContext.defaultParallelism)
     until = {"until": str(opts.until_ms)} if opts.until_ms is not None else {}
     return (spark.read.format(sources.COMMITS_SOURCE).option("bootstrap.servers", opts.bootstrap)
-            .option("topic", opts.offsets_topic).option("minPartitions", str(parallelism)).options(**until).load())
+            .option("topic", opts.offsets_topic).option("minPartitions", str(parallelism)).options(**until)
+            .options(**opts.kafka_options).load())
 
 
 def evaluate(samples: Any, window: int, partitions: int | None = None) -> Any:
@@ -305,8 +313,8 @@ def run(spark: Any, opts: JobOptions) -> dict[str, Path]:
                 raise
             log.warning("a group's telemetry spans partitions (%s); evaluating through a shuffle by group",
                         str(e).split(sources.SPLIT_GROUP, 1)[1].split("\n", 1)[0].lstrip(": "))
-            records = sum(e - s for _p, s, e in sources.topic_ranges({"bootstrap.servers": opts.bootstrap},
-                                                                     opts.telemetry_topic, opts.since_ms))
+            client = {"bootstrap.servers": opts.bootstrap, **opts.client}
+            records = sum(e - s for _p, s, e in sources.topic_ranges(client, opts.telemetry_topic, opts.since_ms))
             partitions = -(-records // sources.EVALUATION_CHUNK_ROWS)  # about a chunk's worth each
             samples = _save(spark, evaluate(load_telemetry(spark, opts), opts.window, partitions), paths["samples"])
         derive(spark, samples, paths, opts.top, opts.bucket_ms)

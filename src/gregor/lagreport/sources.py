@@ -133,7 +133,7 @@ class SamplesSource(DataSource):
 
 class SamplesReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
-        self.client = {"bootstrap.servers": options["bootstrap.servers"]}
+        self.client = client_settings(options)
         self.topic = options["topic"]
         self.window = int(options.get("window", str(rules.DEFAULT_WINDOW)))
         self.since_ms, self.until_ms = _int_option(options, "since"), _int_option(options, "until")
@@ -202,7 +202,7 @@ class CommitsSource(DataSource):
 
 class CommitsReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
-        self.client = {"bootstrap.servers": options["bootstrap.servers"]}
+        self.client = client_settings(options)
         self.topic = options["topic"]
         self.until_ms = _int_option(options, "until")
         self.min_partitions = _int_option(options, "minPartitions")
@@ -230,3 +230,9 @@ def register(spark: Any) -> None:
         spark.dataSource.register(SamplesSource)
         spark.dataSource.register(CommitsSource)
         spark._gregor_lag_sources = True
+
+
+def client_settings(options: dict[str, str]) -> dict[str, str]:
+    """The reader's client settings: the bootstrap servers and the ``kafka.*`` options (security)."""
+    return {"bootstrap.servers": options["bootstrap.servers"],
+            **{k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")}}

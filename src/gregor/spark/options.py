@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gregor.security.librdkafka import ClientPropertiesError, librdkafka_config
+
 EARLIEST, LATEST = -2, -1
 # kafka.isolation.level: Spark's Kafka source leaves it to the Java client, whose default is
 # read_uncommitted (librdkafka's is read_committed, so the connector sets it itself)
@@ -135,6 +137,10 @@ def parse_options(options: Mapping[str, str], *, streaming: bool, writing: bool 
         client["bootstrap.servers"] = opts["bootstrap.servers"]
     if not client.get("bootstrap.servers"):
         raise OptionError("option bootstrap.servers (or kafka.bootstrap.servers) is required")
+    try:  # Spark's Java-client security options (kafka.sasl.jaas.config, kafka.ssl.truststore.location)
+        client = librdkafka_config(client)
+    except ClientPropertiesError as e:
+        raise OptionError(f"option kafka.*: {e}") from None
     so = SourceOptions(client=client)
     so.topic = opts.get("topic")
     if writing:
