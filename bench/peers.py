@@ -41,9 +41,10 @@ def gregor(*overrides: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gregor_process(*overrides: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A broker subprocess: (bootstrap, process)."""
-    port = free_port()
+def gregor_process(*overrides: str, port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A broker subprocess: (bootstrap, process). ``port``: the PLAINTEXT port, when the overrides
+    name the listeners themselves (it is waited for)."""
+    port = port or free_port()
     data = tempfile.mkdtemp(prefix="gregor-bench-")
     cmd = [sys.executable, "-m", "gregor", "serve", "--log-level", "WARNING",
            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={data}"]
