@@ -289,3 +289,47 @@ def test_bad_security_settings_stop_the_broker_with_a_clear_error(tmp_path, sett
         cmd += ["--override", f"{k}={v}"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_fuzzed_sasl_exchanges_and_tls_garbage_leave_the_broker_serving(secure):
+    """Seeded random tokens for every mechanism, random frames before authentication, random
+    bytes at the TLS listener, a flood of failed logins: each ends its own connection with
+    Kafka's answers and the broker keeps serving (and its memory stays bounded)."""
+    import random
+
+    rng = random.Random(20261127)
+    rss_before = _rss(secure.process.proc.pid)
+    for i in range(60):
+        mechanism = rng.choice(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
+        with raw_connection(secure.ports["SASL_PLAINTEXT"]) as sock:
+            if i % 3 == 0:  # garbage frames before any handshake
+                sock.sendall(rng.randbytes(rng.randint(4, 600)))
+                assert closed(sock, 10)
+                continue
+            assert call(sock, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": mechanism}).error_code == ErrorCode.none
+            for corr in range(2, 5):
+                try:
+                    r = call(sock, ApiKey.SASL_AUTHENTICATE, rng.randint(0, 2),
+                             {"auth_bytes": rng.randbytes(rng.randint(0, 2000))}, corr=corr)
+                except ConnectionError:
+                    break
+                if r.error_code:
+                    assert r.error_code in (ErrorCode.sasl_authentication_failed, ErrorCode.illegal_sasl_state)
+                    assert closed(sock, 10)
+                    break
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as sock:
+            sock.sendall(b"\x16\x03\x01" + rng.randbytes(rng.randint(0, 3000)))
+            assert closed(sock, 15)
+    with raw_connection(secure.ports["PLAINTEXT"]) as sock:
+        assert call(sock, ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                   "client_software_version": "1"}).error_code == 0
+    assert _rss(secure.process.proc.pid) - rss_before < 64 * 1024 * 1024
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
