@@ -79,3 +79,67 @@ def test_replication_over_sasl_ssl_and_scram_users_shared_through_zookeeper(tmp_
         assert all(len(p.isrs) == 3 for p in md.topics[topic].partitions.values())
     finally:
         cluster.kill_all()
+
+
+ALICE_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" '
+              'user_broker="broker-secret";')
+
+
+def test_acls_live_in_zookeeper_and_every_broker_enforces_a_change(tmp_path, zookeeper):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    overrides = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                 "super.users": "User:ANONYMOUS", "sasl.enabled.mechanisms": "PLAIN",
+                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": ALICE_JAAS}
+    cluster = BrokerCluster(tmp_path / "cluster", zookeeper, 3, overrides)
+    sasl_ports = {}
+    for i, b in zip(cluster.ids, cluster.brokers, strict=True):
+        sasl_ports[i] = free_port()
+        b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_ports[i]}"
+    try:
+        cluster.start()
+        topic = f"acl-{uuid.uuid4().hex[:6]}"
+        admin1 = AdminClient({"bootstrap.servers": cluster.broker(1).bootstrap})
+        admin1.create_topics([NewTopic(topic, 6, 1)])[topic].result(30)
+        alice = {"bootstrap.servers": f"127.0.0.1:{sasl_ports[2]}", "security.protocol": "SASL_PLAINTEXT",
+                 "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret",
+                 "log_level": 0, "message.timeout.ms": 15000}
+
+        def produce_errors() -> set[int]:
+            errors: list = []
+            p = Producer(alice)
+            for part in range(6):  # every partition: leaders on every broker
+                p.produce(topic, b"x", partition=part, on_delivery=lambda err, _m: errors.append(err))
+            p.flush(30)
+            return {e.code() for e in errors if e is not None}
+
+        assert produce_errors() == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+        for f in admin1.create_acls([AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL,
+                                                "User:alice", "*", AclOperation.WRITE,
+                                                AclPermissionType.ALLOW)]).values():
+            f.result(30)
+        deadline = time.monotonic() + 20
+        while produce_errors() and time.monotonic() < deadline:  # every broker mirrors ZooKeeper's ACLs
+            time.sleep(0.5)
+        assert produce_errors() == set()
+        admin3 = AdminClient({"bootstrap.servers": cluster.broker(3).bootstrap})
+        found = admin3.describe_acls(AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None,
+                                                      None, AclOperation.ANY, AclPermissionType.ANY)).result(30)
+        assert [(a.principal, a.operation) for a in found] == [("User:alice", AclOperation.WRITE)]
+        for f in admin3.delete_acls([AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None,
+                                                      None, AclOperation.ANY, AclPermissionType.ANY)]).values():
+            f.result(30)
+        deadline = time.monotonic() + 20
+        while produce_errors() != {KafkaError.TOPIC_AUTHORIZATION_FAILED} and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert produce_errors() == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+    finally:
+        cluster.kill_all()
