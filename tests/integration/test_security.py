@@ -333,3 +333,26 @@ def _rss(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def test_kcat_with_scram_over_sasl_ssl(secure):
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    if kcat is None:
+        pytest.skip("kcat is installed by `make setup`")
+    topic = new_topic(secure)
+    security = ["-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanisms=SCRAM-SHA-256", "-X",
+                f"sasl.username={BOB}", "-X", f"sasl.password={BOB_PASSWORD}", "-X",
+                f"ssl.ca.location={secure.pki.ca}"]
+    b = ["-b", secure.bootstrap("SASL_SSL")]
+    produced = subprocess.run([kcat, *b, *security, "-P", "-t", topic, "-K", ":"], input=b"k1:v1\nk2:v2\n",
+                              capture_output=True, timeout=60)
+    assert produced.returncode == 0, produced.stderr
+    out = subprocess.run([kcat, *b, *security, "-C", "-t", topic, "-e", "-f", "%k=%s\n"], capture_output=True,
+                         check=True, timeout=60).stdout
+    assert out.decode().splitlines() == ["k1=v1", "k2=v2"]
+    bad = subprocess.run([kcat, *b, *security[:-4], "-X", "sasl.password=wrong", "-X",
+                          f"ssl.ca.location={secure.pki.ca}", "-L", "-m", "5"], capture_output=True, timeout=60)
+    assert bad.returncode != 0 and b"Invalid user credentials" in bad.stderr

@@ -26,6 +26,7 @@ class ScramCredential:
     iterations: int
 
 
+_NONCE_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 CredentialLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism) -> credential
 
 
@@ -106,7 +107,9 @@ class ScramServer(SaslServer):
             raise SaslAuthenticationError("Authentication failed: Invalid user credentials")
         self._user, self._credential = user, credential
         self._client_first_bare = bare
-        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
+        # the server's half: letters and digits only, as Kafka's ScramFormatter makes it (older
+        # librdkafka clients mangle a nonce with '-' or '_')
+        self._nonce = attrs["r"] + "".join(secrets.choice(_NONCE_CHARS) for _ in range(32))
         self._server_first = (f"r={self._nonce},s={base64.b64encode(credential.salt).decode()},"
                               f"i={credential.iterations}")
         self._state = "final"
@@ -121,7 +124,9 @@ class ScramServer(SaslServer):
         attrs = _attributes(message)
         if attrs.get("c") != base64.b64encode(self._gs2.encode()).decode():
             raise SaslAuthenticationError("Invalid SCRAM client final message: channel binding does not match")
-        if attrs.get("r") != self._nonce:
+        # Kafka's check is endsWith: librdkafka before 2.1 sends its own nonce again in front of
+        # the combined one (and signs what it sent, so the proof still verifies)
+        if not attrs.get("r", "").endswith(self._nonce):
             raise SaslAuthenticationError("Invalid SCRAM client final message: nonce does not match")
         try:
             proof = base64.b64decode(attrs["p"], validate=True)
