@@ -277,8 +277,13 @@ def test_a_session_that_expired_without_reauthentication_is_closed(tmp_path, pki
     ({"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
       "ssl.keystore.location": "/nonexistent.pem"}, "cannot read"),
     ({"listeners": "FOO://127.0.0.1:0"}, "has no security protocol"),
-    ({"listeners": "PLAINTEXT://127.0.0.1:0", "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"},
-     "not available yet"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0", "authorizer.class.name": "com.example.MyAuthorizer"},
+     "one of Kafka's authorizers"),
+    ({"listeners": "PLAINTEXT://127.0.0.1:0", "zookeeper.connect": "127.0.0.1:1",
+      "listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN",
+      "listener.name.plaintext.plain.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
+                                                        'required user_a="b";',
+      "sasl.mechanism.inter.broker.protocol": "PLAIN"}, "username and password"),
 ])
 def test_bad_security_settings_stop_the_broker_with_a_clear_error(tmp_path, settings, message):
     import subprocess
