@@ -58,6 +58,10 @@ RELOAD_BACKOFF_S = 5.0
 VERIFY_VERSION = 4  # AddPartitionsToTxn between brokers (batched, verify_only)
 ADD_V2_VERSION = 5  # ... and adding for a transactions V2 producer (KIP-890 part 2)
 CONCURRENT_WAIT_S = 0.5  # how long a request may wait for the previous transaction's markers
+# how long a V2 producer's end of its next transaction waits for the last one's markers (in a
+# cluster they are replicated by other brokers): Kafka would answer it PRODUCER_FENCED, fatal to
+# the producer, so it waits as long as a client waits for an answer
+NEXT_END_WAIT_S = 10.0
 WRITE_TIMEOUT_S = 30.0
 
 
@@ -246,14 +250,14 @@ class TransactionCoordinatorService:
 
     async def _write_after_markers(self, transactional_id: str,
                                    op: Callable[[TransactionCoordinatorShard], CoordinatorResult[Any]],
-                                   concurrent: Callable[[Any], bool]) -> Any:
+                                   concurrent: Callable[[Any], bool], wait_s: float = CONCURRENT_WAIT_S) -> Any:
         """``_write``, but an answer of CONCURRENT_TRANSACTIONS while this broker is writing the
         markers of the id's previous transaction waits for them (at most CONCURRENT_WAIT_S) and
         runs the operation again: a producer that begins its next transaction right after a
         commit (the markers take a few milliseconds) then waits that long, not its client's retry
         backoff. The answer is what Kafka's would be once the client retried."""
         answer = await self._write(transactional_id, op)
-        if concurrent(answer) and await self.markers.written(transactional_id, CONCURRENT_WAIT_S):
+        if concurrent(answer) and await self.markers.written(transactional_id, wait_s):
             answer = await self._write(transactional_id, op)
         return answer
 
@@ -343,9 +347,12 @@ class TransactionCoordinatorService:
         # PRODUCER_FENCED, as Kafka's would: both are answered once the markers are written
         # instead, as they would be then (franz-go aborts right after a commit when its produces
         # were refused, and PRODUCER_FENCED is fatal to it).
+        next_end = tv2 and self._read(transactional_id, lambda s: s.ends_next_transaction(
+            transactional_id, producer_id, producer_epoch))
         result: EndTxnResult = await self._write_after_markers(
             transactional_id, lambda s: s.end_txn(transactional_id, producer_id, producer_epoch, commit, tv2, new_id),
-            lambda r: r.error in (ErrorCode.concurrent_transactions, ErrorCode.producer_fenced))
+            lambda r: r.error in (ErrorCode.concurrent_transactions, ErrorCode.producer_fenced),
+            NEXT_END_WAIT_S if next_end else CONCURRENT_WAIT_S)
         return result
 
     async def _markers_written(self, markers: TxnMarkers, dropped: frozenset[TopicPartition]) -> None:

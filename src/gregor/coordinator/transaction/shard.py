@@ -402,6 +402,13 @@ class TransactionCoordinatorShard:
             return _answer(EndTxnResult(E.concurrent_transactions))
         return self._invalid_state(m, commit)
 
+    def ends_next_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int) -> bool:
+        """Whether an EndTxn V2 at ``producer_epoch`` ends the transaction after the one whose
+        markers are being written (the id is in Prepare* at that epoch, the one the last end gave)."""
+        m = self.transactions.get(transactional_id)
+        return (m is not None and m.state in PREPARE_STATES and m.producer_id == producer_id
+                and m.producer_epoch == producer_epoch)
+
     @staticmethod
     def _invalid_state(m: TxnMetadata, commit: bool) -> CoordinatorResult[EndTxnResult]:
         log.warning("TransactionalId: %s's state is %s, but received transaction marker result to send: %s",
