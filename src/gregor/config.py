@@ -370,11 +370,11 @@ KEYS: dict[str, Key] = {
             "how often transactions past their timeout are looked for and aborted"),
         Key("transaction.remove.expired.transaction.cleanup.interval.ms", _int_range(1, INT_MAX), 3600000,
             "how often expired transactional ids are removed"),
-        Key("transaction.version", _int_range(0, 2), 0,
-            "the finalized level of Kafka's transaction.version feature, advertised in ApiVersions: 2 lets "
-            "clients use transactions V2 (KIP-890 part 2: EndTxn v5 bumps the epoch at every end, Produce v12 and "
-            "TxnOffsetCommit v5 add partitions implicitly; opt-in: franz-go's V2 producer is fenced against it "
-            "today); 0 keeps them on V1 (what kafka-features.sh sets in Kafka)"),
+        Key("transaction.version", _int_range(0, 2), 2,
+            "the finalized level of Kafka's transaction.version feature, advertised in ApiVersions: 2 (Kafka 4's "
+            "default) lets clients use transactions V2 (KIP-890 part 2: EndTxn v5 bumps the epoch at every end, "
+            "Produce v12 and TxnOffsetCommit v5 add partitions implicitly); 0 keeps them on V1 (what "
+            "kafka-features.sh downgrades to in Kafka)"),
         Key("transaction.partition.verification.enable", _bool, True,
             "a partition leader asks the transaction coordinator whether a transactional batch's partition is "
             "in its transaction before appending the producer's first batch (KIP-890)"),
