@@ -181,16 +181,20 @@ def main(argv: list[str] | None = None) -> int:
             f.result(30)
         produce: dict[str, list[float]] = {n: [] for n in LISTENERS}
         fetch: dict[str, list[float]] = {n: [] for n in LISTENERS}
+        cpu_gb: dict[str, list[float]] = {n: [] for n in LISTENERS}  # broker CPU s per GB produced
         say(f"Produce and fetch: {records:,} records of {args.size} bytes, {rounds} round(s)")
         for r in range(rounds):
             order = LISTENERS if r % 2 == 0 else tuple(reversed(LISTENERS))
             for name in order:
                 conf = client_conf(name, ports[name], pki.ca)
+                c0 = process_cpu(proc.pid)
                 rate, topic = produce_run(conf, admin, records, args.size)
+                cpu_gb[name].append((process_cpu(proc.pid) - c0) / (records * args.size / 1e9))
                 produce[name].append(rate)
                 frate = fetch_run(conf, topic, records)
                 fetch[name].append(frate)
-                say(f"  round {r + 1} {name:15s} produce {rate:>10,.0f} records/s   fetch {frate:>10,.0f} records/s")
+                say(f"  round {r + 1} {name:15s} produce {rate:>10,.0f} records/s (broker CPU "
+                    f"{cpu_gb[name][-1]:.1f} s/GB)   fetch {frate:>10,.0f} records/s")
         ctx = ssl.create_default_context(cafile=str(pki.ca))
         connect: dict[str, float] = {}
         cpu_per: dict[str, float] = {}
@@ -205,12 +209,15 @@ def main(argv: list[str] | None = None) -> int:
             cpu_per[name] = (process_cpu(proc.pid) - c0) / connections * 1000
             say(f"  {name:15s} {connect[name]:>8,.0f} connections/s  broker CPU {cpu_per[name]:.2f} ms each")
     med = {k: {n: statistics.median(v) for n, v in d.items()} for k, d in (("produce", produce), ("fetch", fetch))}
+    result["broker_cpu_s_per_gb_produced"] = {n: statistics.median(v) for n, v in cpu_gb.items()}
     result.update(median=med, connect=connect, broker_cpu_ms_per_connection=cpu_per,
                   ratios={k: {n: med[k][n] / med[k]["PLAINTEXT"] for n in LISTENERS} for k in med})
     say("")
-    say(f"{'listener':16s} {'produce/s':>12s} {'ratio':>6s} {'fetch/s':>12s} {'ratio':>6s} {'conn/s':>8s}")
+    say(f"{'listener':16s} {'produce/s':>12s} {'ratio':>6s} {'CPU s/GB':>9s} {'fetch/s':>12s} {'ratio':>6s} "
+        f"{'conn/s':>8s}")
     for n in LISTENERS:
         say(f"{n:16s} {med['produce'][n]:>12,.0f} {result['ratios']['produce'][n]:>5.2f}x "
+            f"{result['broker_cpu_s_per_gb_produced'][n]:>9.1f} "
             f"{med['fetch'][n]:>12,.0f} {result['ratios']['fetch'][n]:>5.2f}x {connect[n]:>8,.0f}")
     if args.json:
         print(json.dumps(result, indent=2))
