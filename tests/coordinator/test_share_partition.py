@@ -1,0 +1,177 @@
+"""A share-partition's delivery state (coordinator/share/share_partition.py) with a manual clock:
+every transition of KIP-932's record states, the in-flight limit, persistence, and a property
+test: under random histories of acquisitions, acknowledgements, releases, rejections, lock
+expiries, members leaving and restarts from the persisted state, no record is acknowledged
+twice, none is lost, and a record is delivered at most the delivery count limit."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gregor.coordinator.share.share_partition import (
+    AcknowledgeType,
+    Acquired,
+    InvalidRecordState,
+    RecordState,
+    SharePartition,
+    StateBatch,
+)
+
+ACCEPT, RELEASE, REJECT, RENEW, GAP = (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT,
+                                       AcknowledgeType.RENEW, AcknowledgeType.GAP)
+
+
+def sp(**kw) -> SharePartition:
+    return SharePartition(100, record_lock_ms=1000, delivery_count_limit=3, max_in_flight=10, **kw)
+
+
+def test_acquire_accept_and_the_start_offset_moves():
+    p = sp()
+    assert p.acquire("a", log_end=105, max_records=10, now_ms=0) == [Acquired(100, 104, 1)]
+    assert (p.start_offset, p.end_offset) == (100, 105)
+    p.acknowledge("a", [(100, 101, ACCEPT)], now_ms=10)
+    assert p.start_offset == 102
+    p.acknowledge("a", [(103, 104, ACCEPT)], now_ms=10)
+    assert p.start_offset == 102  # 102 still acquired
+    p.acknowledge("a", [(102, 102, ACCEPT)], now_ms=10)
+    assert (p.start_offset, p.end_offset, p.in_flight) == (105, 105, {})
+
+
+def test_records_are_shared_between_members_never_given_twice():
+    p = sp()
+    assert p.acquire("a", 110, 3, 0) == [Acquired(100, 102, 1)]
+    assert p.acquire("b", 110, 3, 0) == [Acquired(103, 105, 1)]
+    with pytest.raises(InvalidRecordState):
+        p.acknowledge("b", [(100, 100, ACCEPT)], 1)  # a's
+    assert p.counts()[RecordState.ACQUIRED] == 6
+
+
+def test_release_redelivers_with_the_count_and_the_limit_archives():
+    p = sp()
+    p.acquire("a", 101, 10, 0)
+    for delivery in (1, 2):
+        p.acknowledge("a", [(100, 100, RELEASE)], 0)
+        assert p.in_flight[100].state == RecordState.AVAILABLE
+        assert p.acquire("a", 101, 10, 0) == [Acquired(100, 100, delivery + 1)]
+    p.acknowledge("a", [(100, 100, RELEASE)], 0)  # the third delivery released: the limit (3)
+    assert 100 not in p.in_flight and p.start_offset == 101  # ARCHIVED, and the start moved
+
+
+def test_reject_and_gap_archive():
+    p = sp()
+    p.acquire("a", 103, 10, 0)
+    p.acknowledge("a", [(100, 100, REJECT), (101, 101, GAP)], 0)
+    assert p.start_offset == 102
+
+
+def test_an_expired_lock_makes_the_record_available_and_renew_extends_it():
+    p = sp()
+    p.acquire("a", 102, 10, now_ms=0)
+    p.acknowledge("a", [(101, 101, RENEW)], now_ms=900)
+    assert p.expire(1000) == 1  # 100's lock (0 + 1000) expired; 101's now runs to 1900
+    assert p.in_flight[100].state == RecordState.AVAILABLE and p.in_flight[101].state == RecordState.ACQUIRED
+    with pytest.raises(InvalidRecordState):
+        p.acknowledge("a", [(100, 100, ACCEPT)], 1000)  # too late: no longer a's
+    assert p.acquire("b", 102, 10, 1000) == [Acquired(100, 100, 2)]
+
+
+def test_a_member_leaving_releases_its_records():
+    p = sp()
+    p.acquire("a", 102, 10, 0)
+    assert p.release_member("a") == 2
+    assert p.acquire("b", 102, 10, 0) == [Acquired(100, 101, 2)]
+
+
+def test_a_refused_acknowledgement_changes_nothing():
+    p = sp()
+    p.acquire("a", 103, 10, 0)
+    before = {o: (r.state, r.delivery_count) for o, r in p.in_flight.items()}
+    for bad in ([(100, 100, ACCEPT), (105, 105, ACCEPT)], [(101, 100, ACCEPT)], [(100, 100, 9)]):
+        with pytest.raises(InvalidRecordState):
+            p.acknowledge("a", bad, 0)
+        assert {o: (r.state, r.delivery_count) for o, r in p.in_flight.items()} == before
+
+
+def test_the_in_flight_limit():
+    p = sp()
+    assert p.acquire("a", 1000, 100, 0) == [Acquired(100, 109, 1)]  # max_in_flight=10
+    assert p.acquire("b", 1000, 100, 0) == []
+    p.acknowledge("a", [(100, 104, ACCEPT)], 0)
+    assert p.acquire("b", 1000, 100, 0) == [Acquired(110, 114, 1)]
+
+
+def test_persisted_state_redelivers_what_was_not_acknowledged():
+    p = sp()
+    p.acquire("a", 106, 10, 0)
+    p.acknowledge("a", [(101, 101, ACCEPT), (102, 102, RELEASE), (103, 103, REJECT)], 0)
+    batches = p.state_batches()
+    assert batches == [StateBatch(100, 100, RecordState.AVAILABLE, 1),  # acquired: back to available
+                       StateBatch(101, 101, RecordState.ACKNOWLEDGED, 1),
+                       StateBatch(102, 102, RecordState.AVAILABLE, 1),
+                       StateBatch(103, 103, RecordState.ARCHIVED, 1),
+                       StateBatch(104, 105, RecordState.AVAILABLE, 1)]
+    q = SharePartition.restore(p.start_offset, batches, record_lock_ms=1000, delivery_count_limit=3,
+                               max_in_flight=10)
+    got = q.acquire("b", 106, 10, 0)
+    assert got == [Acquired(100, 100, 2), Acquired(102, 102, 2), Acquired(104, 105, 2)]
+
+
+# -- the property ---------------------------------------------------------------------------------
+ops = st.lists(st.tuples(st.sampled_from(["acquire", "ack", "advance", "leave", "restart", "produce"]),
+                         st.sampled_from(["a", "b", "c"]), st.integers(1, 6),
+                         st.sampled_from([ACCEPT, RELEASE, REJECT, RENEW])), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=ops)
+def test_random_histories_never_acknowledge_twice_nor_lose_a_record(history):
+    limit = 3
+    p = SharePartition(0, record_lock_ms=50, delivery_count_limit=limit, max_in_flight=8)
+    now, log_end = 0, 5
+    accepted: set[int] = set()
+    held: dict[str, list[int]] = {}
+    deliveries: dict[int, int] = {}
+    for op, member, n, kind in history:
+        if op == "produce":
+            log_end += n
+        elif op == "advance":
+            now += n * 20
+        elif op == "acquire":
+            for a in p.acquire(member, log_end, n, now):
+                for o in range(a.first_offset, a.last_offset + 1):
+                    deliveries[o] = a.delivery_count
+                    assert a.delivery_count <= limit and o not in accepted
+                    held.setdefault(member, []).append(o)
+        elif op == "ack" and held.get(member):
+            o = held[member].pop(0)
+            try:
+                p.acknowledge(member, [(o, o, kind)], now)
+            except InvalidRecordState:
+                continue  # its lock expired meanwhile (or it was handed to someone else)
+            if kind == ACCEPT:
+                assert o not in accepted
+                accepted.add(o)
+            elif kind == RENEW:
+                held[member].append(o)
+        elif op == "leave":
+            p.release_member(member)
+            held.pop(member, None)
+        elif op == "restart":
+            p = SharePartition.restore(p.start_offset, p.state_batches(), record_lock_ms=50,
+                                       delivery_count_limit=limit, max_in_flight=8)
+            held.clear()
+        # invariants: every offset below the end is accepted, archived, or still in flight
+        assert all(o in p.in_flight or o < p.start_offset for o in range(p.end_offset))
+        assert all(p.in_flight[o].state == RecordState.ACKNOWLEDGED for o in accepted if o in p.in_flight)
+        assert p.end_offset - p.start_offset <= 8
+    # draining: acquire and accept everything left; nothing accepted before comes back
+    for _ in range(20):
+        now += 1000
+        got = p.acquire("z", log_end, 100, now)
+        for a in got:
+            assert not any(o in accepted for o in range(a.first_offset, a.last_offset + 1))
+            p.acknowledge("z", [(a.first_offset, a.last_offset, ACCEPT)], now)
+            accepted.update(range(a.first_offset, a.last_offset + 1))
+    assert p.start_offset == log_end and p.in_flight == {}
