@@ -8,12 +8,15 @@ import threading
 from pathlib import Path
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, mode: int = 0o666) -> None:
     """Two writers of the same file (the event loop and a worker thread) each use a temporary file
-    of their own, so neither renames the other's away; the last rename wins whole."""
+    of their own, so neither renames the other's away; the last rename wins whole. ``mode``: the
+    file's permissions from its creation on (0o600 for secrets: never readable by others, not even
+    for a moment)."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with open(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

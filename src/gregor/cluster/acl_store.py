@@ -6,11 +6,11 @@ authorizer's set equal to what is stored, and write in Kafka's JSON form per res
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from gregor.atomic_file import write_atomically
 from gregor.security.acl import (
     AclBinding,
     AclPermissionType,
@@ -86,17 +86,5 @@ class FileAclStore:
             entry = json.loads(encode_resource_acls(group))
             out.append({"resourceType": rt.kafka_name, "name": name, "patternType": pattern.name, **entry})
         data = json.dumps(out, indent=1).encode()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomically(self.path, data, mode=0o600)
         self.authorizer.update(bindings)

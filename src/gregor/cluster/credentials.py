@@ -7,10 +7,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from gregor.atomic_file import write_atomically
 from gregor.security.sasl.scram import ScramCredential
 
 FILE = "scram-credentials.json"
@@ -43,19 +43,7 @@ class ScramCredentials:
     async def save(self, users: dict[str, dict[int, dict[str, Any]]]) -> None:
         data = json.dumps({u: {str(m): c for m, c in mechs.items()} for u, mechs in users.items() if mechs},
                           indent=1, sort_keys=True).encode()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomically(self.path, data, mode=0o600)
         self.users = users
 
     def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
