@@ -88,9 +88,18 @@ def test_filters_any_match_and_exact():
     assert AclBindingFilter(ResourceType.ANY, operation=Op.WRITE).matches(wild)
 
 
+def test_authorize_any_as_kafkas_authorize_by_resource_type():
+    # a prefixed DENY dominates an allowed literal it is a prefix of
+    assert not authz(b(T, "foo", L, "User:a", Op.WRITE), b(T, "f", P, "User:a", Op.WRITE, DENY)).authorize_any(
+        "User:a", "h", Op.WRITE, T)
+    # allow.everyone.if.no.acl.found counts even when unrelated topics have ACLs
+    assert authz(b(T, "other", L, "User:z", Op.READ), open_if_none=True).authorize_any("User:a", "h", Op.WRITE, T)
+    assert authz(super_users={"User:root"}).authorize_any("User:root", "h", Op.WRITE, T)
+    assert authz(b(T, "*", L, "User:a", Op.WRITE)).authorize_any("User:a", "h", Op.WRITE, T)
+
+
 def test_invalid_bindings():
     assert b(C, "other", L, "User:a", Op.ALTER).invalid()
     assert b(T, "t", L, "alice", Op.READ).invalid()
-    assert b(G, "g", L, "User:a", Op.WRITE).invalid()  # groups have no WRITE
     assert b(T, "t", PatternType.MATCH, "User:a", Op.READ).invalid()
     assert b(T, "t", L, "User:a", Op.READ).invalid() is None

@@ -101,12 +101,26 @@ def test_the_order_of_the_sasl_apis_and_reauthentication():
     assert auth.handshake("PLAIN") is Refusal.ILLEGAL_STATE  # a second handshake before authenticating
     assert auth.authenticate(b"\0a\0x") == (b"", True)
     assert auth.principal == Principal("User", "a") and auth.allows(3) and auth.session_lifetime_ms() == 1000
+    # Kafka: a SaslAuthenticate after authentication is refused without closing; a re-authentication
+    # within a second of the last one is refused (NOT_NOW: answered, the connection stays)
+    with pytest.raises(IllegalSaslState) as e:
+        auth.authenticate(b"\0a\0x")
+    assert e.value.keep_open
+    assert auth.handshake("PLAIN") is Refusal.NOT_NOW
     now[0] += 1.5
     assert not auth.allows(3) and auth.allows(17)  # expired: only re-authentication
-    assert auth.handshake("SCRAM-SHA-256") is Refusal.ILLEGAL_STATE  # the mechanism may not change
     assert auth.handshake("PLAIN") is None
+    assert not auth.allows(3) and not auth.allows(17) and auth.allows(36)  # re-authenticating: SaslAuthenticate only
     with pytest.raises(SaslAuthenticationError, match="Cannot change principals"):
         auth.authenticate(b"\0b\0y")
+    # another mechanism: the handshake is answered, the SaslAuthenticate fails (Kafka's REAUTH_BAD_MECHANISM)
+    auth3 = Authenticator(settings_(reauth_ms=1000), clock=lambda: now[0])
+    auth3.handshake("PLAIN")
+    auth3.authenticate(b"\0a\0x")
+    now[0] += 1.5
+    assert auth3.handshake("SCRAM-SHA-256") is None
+    with pytest.raises(SaslAuthenticationError, match="not supported for re-authentication of mechanism 'PLAIN'"):
+        auth3.authenticate(b"n,,n=a,r=x")
     auth2 = Authenticator(settings_(reauth_ms=1000), clock=lambda: now[0])
     auth2.handshake("PLAIN")
     auth2.authenticate(b"\0a\0x")
@@ -114,6 +128,12 @@ def test_the_order_of_the_sasl_apis_and_reauthentication():
     auth2.handshake("PLAIN")
     auth2.authenticate(b"\0a\0x")
     assert auth2.allows(3)  # re-authenticated: a new session
+    # no session lifetime: no re-authentication at all
+    auth4 = Authenticator(settings_(reauth_ms=0), clock=lambda: now[0])
+    auth4.handshake("PLAIN")
+    auth4.authenticate(b"\0a\0x")
+    now[0] += 100
+    assert auth4.handshake("PLAIN") is Refusal.NOT_NOW and auth4.allows(3)
 
 
 @settings(max_examples=300, deadline=None)

@@ -47,8 +47,11 @@ def allowed_names(ctx: RequestContext, operation: AclOperation, resource_type: R
 
 def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name: str) -> int:
     """Kafka's authorized-operations bit field for the resource (every operation of its type when
-    no authorizer is configured)."""
+    no authorizer is configured). The cluster's is 0 without DESCRIBE on it (Kafka's
+    DescribeCluster and Metadata v8-v10)."""
     store = _store(ctx)
+    if store is not None and resource_type == CLUSTER and not allowed(ctx, Op.DESCRIBE, CLUSTER, name):
+        return 0
     if store is None:
         bits = 0
         for op in OPERATIONS.get(resource_type, ()):
@@ -81,7 +84,6 @@ GATES: dict[int, list[tuple[AclOperation, ResourceType, str | None]]] = {
     25: [(Op.WRITE, TXN_ID, "transactional_id"), (Op.READ, GROUP, "group_id")],  # AddOffsetsToTxn
     26: [(Op.WRITE, TXN_ID, "transactional_id")],  # EndTxn
     7: [(Op.CLUSTER_ACTION, CLUSTER, None)],  # ControlledShutdown
-    60: [(Op.DESCRIBE, CLUSTER, None)],  # DescribeCluster
 }
 _REFUSED = {GROUP: "group_authorization_failed", TXN_ID: "transactional_id_authorization_failed",
             CLUSTER: "cluster_authorization_failed", TOPIC: "topic_authorization_failed"}

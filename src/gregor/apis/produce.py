@@ -92,14 +92,34 @@ async def _verify(ctx: RequestContext, req: Any) -> dict[tuple[str, int], Any]:
     return guards
 
 
+def _has_transactional_batch(req: Any) -> bool:
+    """Whether a partition's records start with a transactional batch (Kafka's
+    hasTransactionalRecords; a request's batches of one partition are all of one producer)."""
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            records = pd.records
+            if records and len(records) >= rb.HEADER_SIZE:
+                try:
+                    if rb.read_header(records, 0).is_transactional:
+                        return True
+                except rb.InvalidBatch:
+                    continue
+    return False
+
+
 @handles(ApiKey.PRODUCE, 3, 12)
 async def produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = req.acks
     append = ctx.replicas.append_records
     timeout_s = req.timeout.total_seconds()
     denied: dict[str, KafkaError] = {}
-    if enabled(ctx):  # Kafka: WRITE on the transactional id, then WRITE on each topic
-        names = [td.name for td in req.topic_data]
+    names = [td.name for td in req.topic_data]
+    # Kafka: transactional batches need a transactional id (and WRITE on it), with or without an
+    # authorizer: a transactional batch without one would open a transaction nobody can end
+    if req.transactional_id is None and _has_transactional_batch(req):
+        denied = dict.fromkeys(names, KafkaError(ErrorCode.transactional_id_authorization_failed,
+                                                 "transactional records need the producer's transactional id"))
+    elif enabled(ctx):  # WRITE on the transactional id, then WRITE on each topic
         if req.transactional_id is not None and not allowed(ctx, Op.WRITE, TXN_ID, req.transactional_id):
             denied = dict.fromkeys(names, KafkaError(ErrorCode.transactional_id_authorization_failed,
                                                      "Transactional Id authorization failed."))

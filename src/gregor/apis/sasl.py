@@ -39,9 +39,12 @@ async def sasl_handshake(ctx: RequestContext, req: Any) -> dict[str, Any]:
         log.info("SASL handshake from %s: mechanism %r is not enabled (enabled: %s)", ctx.client_host, req.mechanism,
                  ", ".join(enabled))
         ctx.connection_state[CLOSE_AFTER_RESPONSE] = True
+        await _delay(auth)
         return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled}
     if refusal is Refusal.ILLEGAL_STATE:
         ctx.connection_state[CLOSE_AFTER_RESPONSE] = True
+        return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": enabled}
+    if refusal is Refusal.NOT_NOW:  # no re-authentication now: answered, the connection stays
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": enabled}
     return {"error_code": ErrorCode.none, "mechanisms": enabled}
 
@@ -54,7 +57,8 @@ async def sasl_authenticate(ctx: RequestContext, req: Any) -> dict[str, Any]:
     try:
         token, complete = auth.authenticate(bytes(req.auth_bytes))
     except IllegalSaslState as e:
-        ctx.connection_state[CLOSE_AFTER_RESPONSE] = True
+        if not e.keep_open:
+            ctx.connection_state[CLOSE_AFTER_RESPONSE] = True
         return _failure(ErrorCode.illegal_sasl_state, str(e))
     except SaslAuthenticationError as e:
         log.info("Failed authentication with %s (%s) on %s: %s", ctx.client_host, auth.mechanism, ctx.listener_name,
@@ -62,9 +66,7 @@ async def sasl_authenticate(ctx: RequestContext, req: Any) -> dict[str, Any]:
         if ctx.metrics is not None:
             ctx.metrics.authentication(False)
         ctx.connection_state[CLOSE_AFTER_RESPONSE] = True
-        delay = auth.settings.failed_delay_ms / 1000
-        if delay > 0:
-            await asyncio.sleep(delay)  # Kafka's connection.failed.authentication.delay.ms
+        await _delay(auth)
         return _failure(ErrorCode.sasl_authentication_failed, str(e))
     if complete:
         log.debug("%s authenticated as %s with %s", ctx.client_host, auth.principal, auth.mechanism)
@@ -72,6 +74,13 @@ async def sasl_authenticate(ctx: RequestContext, req: Any) -> dict[str, Any]:
             ctx.metrics.authentication(True)
     return {"error_code": ErrorCode.none, "error_message": None, "auth_bytes": token,
             "session_lifetime": auth.session_lifetime_ms() if complete else 0}
+
+
+async def _delay(auth: Authenticator) -> None:
+    """Kafka's connection.failed.authentication.delay.ms before a failure's answer and close."""
+    delay = auth.settings.failed_delay_ms / 1000
+    if delay > 0:
+        await asyncio.sleep(delay)
 
 
 def _failure(code: ErrorCode, message: str) -> dict[str, Any]:

@@ -70,7 +70,10 @@ async def _create_one(ctx: RequestContext, req: Any, t: Any, res: dict[str, Any]
             timeout_s=max(req.timeout.total_seconds(), 0))
         res["num_partitions"] = partitions if partitions != -1 else ctx.config["num.partitions"]
         res["replication_factor"] = ctx.topics.replication_factor_of(t.replication_factor, assignments)
-        if topic is not None:
+        if topic is not None and enabled(ctx) and not allowed(ctx, Op.DESCRIBE_CONFIGS, TOPIC, t.name):
+            res["topic_id"] = topic.topic_id  # Kafka: created, its configs not shown
+            res["topic_config_error_code"] = ErrorCode.topic_authorization_failed
+        elif topic is not None:
             res["topic_id"] = topic.topic_id
             res["configs"] = [
                 {"name": e["name"], "value": e["value"], "read_only": False,
@@ -103,6 +106,8 @@ async def _delete_one(ctx: RequestContext, res: dict[str, Any]) -> None:
             topic = ctx.topics.get_by_id(res["topic_id"])
             if topic is None:
                 raise KafkaError(ErrorCode.unknown_topic_id, f"no topic has id {res['topic_id']}")
+            if enabled(ctx) and not allowed(ctx, Op.DESCRIBE, TOPIC, topic.name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_REFUSED)  # the name stays hidden
             name = res["name"] = topic.name
         if enabled(ctx) and not allowed(ctx, Op.DELETE, TOPIC, name):
             raise KafkaError(ErrorCode.topic_authorization_failed, TOPIC_REFUSED)

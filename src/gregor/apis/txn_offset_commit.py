@@ -62,16 +62,20 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     commit = CommitRequest(req.group_id, getattr(req, "generation_id", -1), getattr(req, "member_id", "") or "",
                            getattr(req, "group_instance_id", None), partitions, api_version=9)
     refused, denied = commit_refusal(ctx, req.group_id, (t.name for t in req.topics), req.transactional_id)
-    if refused is not None or denied:  # Kafka answers the whole request with the refusal
-        codes = {(p.topic, p.partition): ErrorCode[refused] if refused else
-                 ErrorCode.topic_authorization_failed if p.topic in denied else ErrorCode.unknown_topic_or_partition
-                 for p in partitions}
-    else:
+    if refused is not None:
+        codes = {(p.topic, p.partition): ErrorCode[refused] for p in partitions}
+    else:  # the topics it may READ are committed, the others refused (Kafka's)
+        commit.partitions = [p for p in partitions if p.topic not in denied]
         try:
-            guard = await _verify(ctx, req)
-            codes = await ctx.groups.txn_commit_offsets(commit, req.producer_id, req.producer_epoch, guard)
+            if commit.partitions:
+                guard = await _verify(ctx, req)
+                codes = await ctx.groups.txn_commit_offsets(commit, req.producer_id, req.producer_epoch, guard)
+            else:
+                codes = {}
         except KafkaError as e:
-            codes = {(p.topic, p.partition): e.code for p in partitions}
+            codes = {(p.topic, p.partition): e.code for p in commit.partitions}
+        codes.update({(p.topic, p.partition): ErrorCode.topic_authorization_failed for p in partitions
+                      if p.topic in denied})
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), code in codes.items():
         if code == ErrorCode.producer_fenced and ctx.version < 2:

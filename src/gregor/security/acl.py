@@ -149,8 +149,6 @@ class AclBinding:
             return f"the cluster resource is named {CLUSTER_NAME}"
         if self.resource_type == ResourceType.CLUSTER and self.pattern_type != PatternType.LITERAL:
             return "the cluster resource only takes LITERAL ACLs"
-        if self.operation not in OPERATIONS.get(self.resource_type, ()) and self.operation != AclOperation.ALL:
-            return f"{self.operation.name} is not an operation of {self.resource_type.name} resources"
         if not self.host:
             return "the host must not be empty (use * for any host)"
         return None
@@ -239,21 +237,37 @@ class Authorizer:
                    and (b.operation == AclOperation.ALL or b.operation in allowed) for b in mine)
 
     def authorize_any(self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType) -> bool:
-        """Kafka's authorizeByResourceType: whether some resource of the type allows the
-        operation (an ALLOW pattern not also denied to the principal, nor denied on ``*``); an
-        idempotent producer with WRITE on any topic may get a producer id."""
-        if principal in self.super_users:
+        """Kafka's authorizeByResourceType (Authorizer's default method): allowed on some resource
+        of the type. Super users and ``allow.everyone.if.no.acl.found`` through a hard-coded name
+        first; a literal ``*`` DENY refuses, a literal ``*`` ALLOW allows; otherwise some ALLOWed
+        literal or prefix that no DENY of the same literal, nor a DENY prefix of it, dominates."""
+        if self.authorize(principal, host, operation, resource_type, "hardcode"):
             return True
-        of_type = [b for b in self.bindings if b.resource_type == resource_type]
-        if not of_type:
-            return self.allow_if_no_acl
-        mine = [b for b in of_type if b.principal in (principal, WILDCARD_PRINCIPAL) and b.host in (host, WILDCARD)]
-        denied = {(b.pattern_type, b.name) for b in mine
-                  if b.permission == AclPermissionType.DENY and b.operation in (operation, AclOperation.ALL)}
-        if (PatternType.LITERAL, WILDCARD) in denied:
-            return False
-        return any(b.permission == AclPermissionType.ALLOW and b.operation in (operation, AclOperation.ALL)
-                   and (b.pattern_type, b.name) not in denied for b in mine)
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allowed: list[tuple[PatternType, str]] = []
+        for b in self.bindings:
+            if b.resource_type != resource_type or b.host not in (host, WILDCARD) \
+                    or b.principal not in (principal, WILDCARD_PRINCIPAL) \
+                    or b.operation not in (operation, AclOperation.ALL):
+                continue
+            if b.permission == AclPermissionType.DENY:
+                if b.pattern_type == PatternType.LITERAL:
+                    if b.name == WILDCARD:
+                        return False
+                    deny_literal.add(b.name)
+                else:
+                    deny_prefixed.add(b.name)
+            elif b.permission == AclPermissionType.ALLOW:
+                if b.pattern_type == PatternType.LITERAL and b.name == WILDCARD:
+                    return True
+                allowed.append((b.pattern_type, b.name))
+        for pattern, name in allowed:
+            if pattern == PatternType.LITERAL and name in deny_literal:
+                continue
+            if not any(name[:i] in deny_prefixed for i in range(1, len(name) + 1)):
+                return True
+        return False
 
     def authorized_operations(self, principal: str, host: str, resource_type: ResourceType, name: str) -> int:
         """Kafka's authorized-operations bit field: bit n for operation code n the principal may

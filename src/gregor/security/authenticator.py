@@ -45,12 +45,21 @@ class SecurityConfigError(ValueError):
 class Refusal(enum.Enum):
     """Why a SASL request is refused (the API handlers answer Kafka's error codes)."""
 
-    UNSUPPORTED_MECHANISM = "unsupported mechanism"
-    ILLEGAL_STATE = "illegal state"
+    UNSUPPORTED_MECHANISM = "unsupported mechanism"  # answered, then the connection closes
+    ILLEGAL_STATE = "illegal state"  # answered, then the connection closes
+    NOT_NOW = "no re-authentication now"  # ILLEGAL_SASL_STATE, the connection stays open
 
 
 class IllegalSaslState(Exception):
-    pass
+    """A SASL request out of order; ``keep_open``: answered without closing (Kafka's KafkaApis
+    answers a SaslAuthenticate on an authenticated connection that way)."""
+
+    def __init__(self, message: str, keep_open: bool = False) -> None:
+        super().__init__(message)
+        self.keep_open = keep_open
+
+
+REAUTH_MIN_INTERVAL_S = 1.0  # Kafka re-authenticates a connection at most once a second
 
 
 @dataclass
@@ -174,6 +183,7 @@ class Authenticator:
         self._server: SaslServer | None = None
         self._state = "handshake"  # handshake -> authenticate -> done (-> reauth handshake ...)
         self._reauthenticating = False
+        self._bad_reauth_mechanism: str | None = None
         self._expires_at: float | None = None  # monotonic seconds; None: no lifetime
         self.authenticated_at = 0.0
 
@@ -182,9 +192,11 @@ class Authenticator:
         return self.principal is not None
 
     def allows(self, api_key: int) -> bool:
-        """Whether a request of ``api_key`` may be served now."""
+        """Whether a request of ``api_key`` may be served now (else the connection closes)."""
         if self.principal is None:
             return api_key in PRE_AUTHENTICATION_APIS
+        if self._reauthenticating:  # Kafka: only SaslAuthenticate until the re-authentication ends
+            return api_key == SASL_AUTHENTICATE
         if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
             return True
         return not self.expired()
@@ -194,13 +206,18 @@ class Authenticator:
 
     def handshake(self, mechanism: str) -> Refusal | None:
         if self._state == "done" and self.principal is not None:
-            self._reauthenticating = True  # KIP-368: the client re-authenticates
+            # KIP-368: a re-authentication, only of a session that expires, at most once a second
+            if self._expires_at is None or self.clock() - self.authenticated_at < REAUTH_MIN_INTERVAL_S:
+                return Refusal.NOT_NOW
+            self._reauthenticating = True
+            if mechanism != self.mechanism:  # answered NONE; the SaslAuthenticate then fails (Kafka's)
+                self._bad_reauth_mechanism = mechanism
+                self._state = "authenticate"
+                return None
         elif self._state != "handshake":
             return Refusal.ILLEGAL_STATE
         if mechanism not in self.settings.enabled:
             return Refusal.UNSUPPORTED_MECHANISM
-        if self._reauthenticating and mechanism != self.mechanism:
-            return Refusal.ILLEGAL_STATE  # re-authentication keeps the mechanism (Kafka checks it)
         self.mechanism = mechanism
         self._server = self.settings.servers[mechanism]()
         self._state = "authenticate"
@@ -209,8 +226,15 @@ class Authenticator:
     def authenticate(self, token: bytes) -> tuple[bytes, bool]:
         """One SaslAuthenticate round: (the server's token, complete). SaslAuthenticationError
         when the client failed; IllegalSaslState when no handshake came first."""
+        if self._state == "done" and self.principal is not None:
+            raise IllegalSaslState("SaslAuthenticate request received after successful authentication",
+                                   keep_open=True)
         if self._state != "authenticate" or self._server is None:
             raise IllegalSaslState("SaslAuthenticate before a SaslHandshake")
+        if self._bad_reauth_mechanism is not None:
+            raise SaslAuthenticationError(
+                f"SASL mechanism '{self._bad_reauth_mechanism}' requested by client is not supported for "
+                f"re-authentication of mechanism '{self.mechanism}'")
         step = self._server.evaluate(token)
         if not step.complete:
             return step.challenge, False

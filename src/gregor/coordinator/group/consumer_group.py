@@ -20,6 +20,7 @@ partition and a live one hold the same groups. The rules are Kafka's (the group 
 from __future__ import annotations
 
 import enum
+import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,8 @@ EMPTY: Assignment = {}
 JOIN_EPOCH = 0  # a member joining (or rejoining) the group sends epoch 0
 LEAVE_EPOCH = -1  # a member leaving
 STATIC_LEAVE_EPOCH = -2  # a static member leaving for now (it comes back with its instance id)
+
+log = logging.getLogger("gregor.coordinator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,12 +320,18 @@ class ConsumerGroup:
         return old
 
     def _hold(self, member: ConsumerMember) -> None:
+        """The member's partitions are owned by it. A record giving a partition another member still
+        holds is a defect of whatever wrote it, but replay is the only way state is built: raising
+        here would make the group's ``__consumer_offsets`` partition unloadable for good (seen
+        once, a static member replaced under broker pauses). The later record wins, loudly; the
+        next heartbeats reconcile both members against the target assignment."""
         for topic_id, partitions in _both(member):
             for p in partitions:
                 held = self.owners.get((topic_id, p))
                 if held is not None and held[0] != member.member_id:
-                    raise RuntimeError(f"group {self.group_id}: partition {topic_id}-{p} is held by {held[0]}, "
-                                       f"not by {member.member_id}")
+                    log.error("group %s: partition %s-%d is given to %s while %s still holds it (at epoch %d); "
+                              "the later record wins", self.group_id, topic_id, p, member.member_id, held[0],
+                              held[1])
                 self.owners[(topic_id, p)] = (member.member_id, member.member_epoch)
 
     def _release(self, member: ConsumerMember) -> None:

@@ -17,11 +17,13 @@ from __future__ import annotations
 import base64
 import importlib
 import json
+import math
 import time
 from collections.abc import Callable
 
 from gregor.security.sasl import SaslAuthenticationError, SaslServer, Step
 
+MAX_LIFETIME_MS = 2**63 - 1
 Validator = Callable[[str], tuple[str, int]]  # token -> (principal name, lifetime ms)
 _SEP = "\x01"
 
@@ -50,8 +52,10 @@ def unsecured_validator(principal_claim: str = "sub", required_scopes: tuple[str
             raise ValueError("the JWT's claims are not a JSON object")
         now = clock()
         exp, iat = claims.get("exp"), claims.get("iat")
-        if not isinstance(exp, (int, float)):
-            raise ValueError("the JWT has no exp claim")
+        if not isinstance(exp, (int, float)) or isinstance(exp, bool) or not math.isfinite(exp):
+            raise ValueError("the JWT has no (finite) exp claim")
+        if isinstance(iat, float) and not math.isfinite(iat):
+            raise ValueError("the JWT's iat claim is not finite")
         if exp + allowable_skew_s <= now:
             raise ValueError("the JWT has expired")
         if isinstance(iat, (int, float)) and iat - allowable_skew_s > now:
@@ -64,7 +68,7 @@ def unsecured_validator(principal_claim: str = "sub", required_scopes: tuple[str
         missing = [s for s in required_scopes if s not in scopes]
         if missing:
             raise ValueError(f"the JWT lacks the required scope(s) {', '.join(missing)}")
-        return principal, max(1, int((exp - now) * 1000))
+        return principal, min(MAX_LIFETIME_MS, max(1, int((exp - now) * 1000)))
 
     return validate
 
@@ -107,9 +111,12 @@ class OAuthBearerServer(SaslServer):
             raise SaslAuthenticationError("Invalid OAUTHBEARER client first message: no bearer token")
         try:
             principal, lifetime_ms = self.validate(auth[len("Bearer "):].strip())
-        except ValueError as e:
+            if not isinstance(principal, str) or not principal or not isinstance(lifetime_ms, int):
+                raise ValueError("the validator did not return (principal, lifetime in ms)")
+        except Exception as e:  # noqa: BLE001 - whatever a (plugged) validator raises refuses the token
             self._error = f"Authentication failed: {e}"
             return Step(json.dumps({"status": "invalid_token"}).encode(), False)
+        lifetime_ms = max(0, min(lifetime_ms, MAX_LIFETIME_MS))
         if authzid and authzid != f"a={principal}":
             raise SaslAuthenticationError("Authentication failed: the authorization id differs from the token's "
                                           "principal")

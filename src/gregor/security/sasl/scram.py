@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ class ScramCredential:
     iterations: int
 
 
+MIN_ITERATIONS = 4096
+log = logging.getLogger(__name__)
 _NONCE_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 CredentialLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism) -> credential
 
@@ -69,15 +72,19 @@ class ScramServer(SaslServer):
         self._credential: ScramCredential | None = None
 
     def evaluate(self, token: bytes) -> Step:
+        """Kafka answers every SCRAM failure with one message (its SaslServerAuthenticator replaces
+        the mechanism's SaslException): which check failed is logged here, not told to the client."""
         try:
             message = token.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SaslAuthenticationError("Invalid SCRAM message: not UTF-8") from None
-        if self._state == "first":
-            return self._client_first(message)
-        if self._state == "final":
-            return self._client_final(message)
-        raise SaslAuthenticationError("Unexpected SCRAM message after authentication completed")
+            if self._state == "first":
+                return self._client_first(message)
+            if self._state == "final":
+                return self._client_final(message)
+            raise SaslAuthenticationError("Unexpected SCRAM message after authentication completed")
+        except (SaslAuthenticationError, UnicodeDecodeError, ValueError) as e:
+            log.info("SCRAM authentication (%s) failed: %s", self.mechanism, e)
+            raise SaslAuthenticationError("Authentication failed during authentication due to invalid credentials "
+                                          f"with SASL mechanism {self.mechanism}") from None
 
     def _client_first(self, message: str) -> Step:
         # gs2-header: "n" (no channel binding) "," [a=authzid] ","
@@ -104,7 +111,10 @@ class ScramServer(SaslServer):
                                           "different from username")
         credential = self.credentials(user, self.mechanism)
         if credential is None:
-            raise SaslAuthenticationError("Authentication failed: Invalid user credentials")
+            raise SaslAuthenticationError(f"Authentication failed: Invalid user credentials ({user!r} has none)")
+        if credential.iterations < MIN_ITERATIONS:
+            raise SaslAuthenticationError(f"{user!r}'s credential has {credential.iterations} iterations, fewer than "
+                                          f"{MIN_ITERATIONS}")
         self._user, self._credential = user, credential
         self._client_first_bare = bare
         # the server's half: letters and digits only, as Kafka's ScramFormatter makes it (older
@@ -166,7 +176,8 @@ class ScramClient:
     def final(self, server_first: bytes) -> bytes:
         attrs = _attributes(server_first.decode())
         nonce, salt, iterations = attrs.get("r", ""), base64.b64decode(attrs.get("s", "")), int(attrs.get("i", "0"))
-        if not nonce.startswith(self._nonce) or iterations < 1:
+        if not nonce.startswith(self._nonce) or iterations < MIN_ITERATIONS:
+            # fewer iterations than SCRAM's minimum would make offline guessing cheap (Kafka's client refuses too)
             raise SaslAuthenticationError("the server's SCRAM first message is invalid")
         self._salted = hashlib.pbkdf2_hmac(self.digest().name, self.password.encode(), salt, iterations)
         without_proof = f"c=biws,r={nonce}"
