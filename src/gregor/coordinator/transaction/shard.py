@@ -362,6 +362,10 @@ class TransactionCoordinatorShard:
                              and m.producer_epoch == 0)
         retry_on_bump = m.producer_epoch == producer_epoch + 1
         state = m.state
+        if state in PREPARE_STATES and (m.producer_id == producer_id or retry_on_overflow):
+            # the last end's markers are being written (Kafka: a pending transition), answered before
+            # the epoch is judged (KAFKA-18464): the client retries, as after any concurrent change
+            return _answer(EndTxnResult(E.concurrent_transactions))
         if state in PREPARE_STATES:
             valid_epoch = retry_on_bump
         elif state in COMPLETE_STATES:
