@@ -55,22 +55,22 @@ def test_a_wrong_password_or_unknown_user_fails(mechanism):
     server = ScramServer(mechanism, lambda u, m: cred if u == "alice" else None)
     client = ScramClient(mechanism, "alice", "wrong")
     first = server.evaluate(client.first())
-    with pytest.raises(SaslAuthenticationError, match="Invalid user credentials"):
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials with SASL mechanism"):
         server.evaluate(client.final(first.challenge))
-    with pytest.raises(SaslAuthenticationError, match="Invalid user credentials"):
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials with SASL mechanism"):
         ScramServer(mechanism, lambda u, m: None).evaluate(ScramClient(mechanism, "nobody", "x").first())
 
 
 def test_scram_refuses_channel_binding_tokens_and_mismatched_nonces():
     cred = credential("pw")
     server = ScramServer("SCRAM-SHA-256", lambda u, m: cred)
-    with pytest.raises(SaslAuthenticationError, match="channel binding"):
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials"):
         server.evaluate(b"p=tls-unique,,n=a,r=abc")
-    with pytest.raises(SaslAuthenticationError, match="delegation tokens"):
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials"):
         ScramServer("SCRAM-SHA-256", lambda u, m: cred).evaluate(b"n,,n=a,r=abc,tokenauth=true")
     server = ScramServer("SCRAM-SHA-256", lambda u, m: cred)
     server.evaluate(b"n,,n=a,r=abc")
-    with pytest.raises(SaslAuthenticationError, match="nonce"):
+    with pytest.raises(SaslAuthenticationError, match="invalid credentials"):
         server.evaluate(b"c=biws,r=other,p=AAAA")
 
 
