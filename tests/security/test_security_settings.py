@@ -89,3 +89,37 @@ def test_java_client_properties_as_librdkafka_takes_them():
     assert oauth == {"enable.sasl.oauthbearer.unsecure.jwt": "true", "sasl.oauthbearer.config": "principal=carol"}
     with pytest.raises(ClientPropertiesError):
         librdkafka_config({"ssl.truststore.type": "PKCS12", "ssl.truststore.location": "/x.p12"})
+
+
+def test_certificate_subjects_as_java_writes_them(tmp_path):
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from gregor.security.tls import certificate_subject
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "DE"), x509.NameAttribute(NameOID.ORGANIZATION_NAME,
+                                                                                        "acme, inc"),
+                      x509.NameAttribute(NameOID.EMAIL_ADDRESS, "a@b.c"), x509.NameAttribute(NameOID.COMMON_NAME,
+                                                                                              "client-1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    # Java: RFC 2253, most specific first, commas escaped, email by OID with its DER (IA5String, tag 0x16)
+    assert certificate_subject(cert.public_bytes(serialization.Encoding.DER)) == \
+        "CN=client-1,1.2.840.113549.1.9.1=#16056140622e63,O=acme\\, inc,C=DE"
+
+
+def test_ipv6_hosts_as_java_writes_them():
+    from types import SimpleNamespace
+
+    from gregor.apis.authorization import host_of
+
+    assert host_of(SimpleNamespace(client_host="::1")) == "0:0:0:0:0:0:0:1"
+    assert host_of(SimpleNamespace(client_host="2001:db8::ff00:42:8329")) == "2001:db8:0:0:0:ff00:42:8329"
+    assert host_of(SimpleNamespace(client_host="10.0.0.1")) == "10.0.0.1"

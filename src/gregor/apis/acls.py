@@ -92,6 +92,9 @@ async def create_acls(ctx: RequestContext, req: Any) -> dict[str, Any]:
                        _enum(PatternType, c.resource_pattern_type), c.principal or "", c.host or "",
                        _enum(AclOperation, c.operation), _enum(AclPermissionType, c.permission_type))
         reason = b.invalid()
+        refusal = getattr(store, "refusal", None)
+        if reason is None and refusal is not None:
+            reason = refusal(b)
         if reason is not None:
             results.append({"error_code": ErrorCode.invalid_request, "error_message": reason})
         else:

@@ -4,6 +4,7 @@ everything is allowed and nothing is computed on the hot paths."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -24,11 +25,23 @@ def enabled(ctx: RequestContext) -> bool:
     return _store(ctx) is not None
 
 
+def host_of(ctx: RequestContext) -> str:
+    """The client's address as Kafka's ACLs name it (Java's getHostAddress: an IPv6 address in
+    full, without leading zeros, ``0:0:0:0:0:0:0:1``)."""
+    host = ctx.client_host
+    if ":" in host:
+        try:
+            return ":".join(f"{int(g, 16):x}" for g in ipaddress.IPv6Address(host.strip("[]")).exploded.split(":"))
+        except ValueError:
+            return host
+    return host
+
+
 def allowed(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
     store = _store(ctx)
     if store is None:
         return True
-    return store.authorizer.authorize(str(ctx.principal), ctx.client_host, operation, resource_type, name)
+    return store.authorizer.authorize(str(ctx.principal), host_of(ctx), operation, resource_type, name)
 
 
 def cluster_allowed(ctx: RequestContext, operation: AclOperation) -> bool:
@@ -41,7 +54,7 @@ def allowed_names(ctx: RequestContext, operation: AclOperation, resource_type: R
     store = _store(ctx)
     if store is None:
         return set(names)
-    principal, host, authorize = str(ctx.principal), ctx.client_host, store.authorizer.authorize
+    principal, host, authorize = str(ctx.principal), host_of(ctx), store.authorizer.authorize
     return {n for n in names if authorize(principal, host, operation, resource_type, n)}
 
 
@@ -57,7 +70,7 @@ def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name
         for op in OPERATIONS.get(resource_type, ()):
             bits |= 1 << op
         return bits
-    return store.authorizer.authorized_operations(str(ctx.principal), ctx.client_host, resource_type, name)
+    return store.authorizer.authorized_operations(str(ctx.principal), host_of(ctx), resource_type, name)
 
 
 def is_follower(req: Any) -> bool:

@@ -107,7 +107,7 @@ async def consumer_group_describe(ctx: RequestContext, req: Any) -> dict[str, An
         if enabled(ctx) and not allowed(ctx, Op.DESCRIBE, GROUP, group_id):
             out.append({"error_code": ErrorCode.group_authorization_failed, "error_message": None,
                         "group_id": group_id, "group_state": "", "group_epoch": 0, "assignment_epoch": 0,
-                        "assignor_name": "", "members": [], "authorized_operations": ops})
+                        "assignor_name": "", "members": [], "authorized_operations": OMITTED})
             continue
         try:
             out.append(_described(group_id, await ctx.groups.describe_consumer_group(group_id), ops))

@@ -20,7 +20,7 @@ async def describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
             else OMITTED
         if enabled(ctx) and not allowed(ctx, Op.DESCRIBE, GROUP, group_id):
             out.append({"error_code": ErrorCode.group_authorization_failed, "group_id": group_id, "group_state": "",
-                        "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": ops})
+                        "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": OMITTED})
             continue
         try:
             d = ctx.groups.describe_group(group_id)

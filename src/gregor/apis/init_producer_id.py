@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from gregor.apis.authorization import TOPIC, TXN_ID, Op, allowed, cluster_allowed
+from gregor.apis.authorization import TOPIC, TXN_ID, Op, allowed, cluster_allowed, host_of
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
@@ -29,7 +29,7 @@ async def init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
         # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic
         if store is not None and not (
                 cluster_allowed(ctx, Op.IDEMPOTENT_WRITE)
-                or store.authorizer.authorize_any(str(ctx.principal), ctx.client_host, Op.WRITE, TOPIC)):
+                or store.authorizer.authorize_any(str(ctx.principal), host_of(ctx), Op.WRITE, TOPIC)):
             return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "producer_id": -1,
                     "producer_epoch": -1}
         return {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": await ctx.producer_ids.allocate(),

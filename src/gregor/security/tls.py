@@ -196,9 +196,50 @@ def client_context(setting: Setting) -> ssl.SSLContext:
     return ctx
 
 
+# the attribute types Java's X500Principal.getName() (RFC 2253) writes by keyword; any other is
+# written as its OID and the hex of its DER value (``1.2.840.113549.1.9.1=#16...``)
+_RFC2253_KEYWORDS = {"2.5.4.3": "CN", "2.5.4.6": "C", "2.5.4.7": "L", "2.5.4.8": "ST", "2.5.4.10": "O",
+                     "2.5.4.11": "OU", "2.5.4.9": "STREET", "0.9.2342.19200300.100.1.25": "DC",
+                     "0.9.2342.19200300.100.1.1": "UID"}
+
+
+def _escape(value: str) -> str:
+    out = []
+    for i, ch in enumerate(value):
+        if ch in ',+"\\<>;' or (ch == "#" and i == 0) or (ch == " " and i in (0, len(value) - 1)):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _der_value(attr: Any) -> bytes:
+    """The DER TLV of an attribute's value: its ASN.1 string type's tag, length, bytes."""
+    tag = int(attr._type.value)
+    value = attr.value
+    raw = value.encode("utf-16-be") if tag == 30 else value.encode("utf-8") if isinstance(value, str) else value
+    n = len(raw)
+    length = bytes([n]) if n < 128 else bytes([0x80 | ((n.bit_length() + 7) // 8)]) + n.to_bytes(
+        (n.bit_length() + 7) // 8, "big")
+    return bytes([tag]) + length + raw
+
+
 def certificate_subject(der: bytes) -> str:
-    """The subject distinguished name of a DER certificate, as Java's X500Principal.getName()
-    writes it (RFC 2253: the most specific name first, e.g. ``CN=client,OU=eng,O=acme``)."""
+    """The subject distinguished name of a DER certificate as Java's X500Principal.getName()
+    writes it, which is what Kafka's principals, ``super.users`` and mapping rules are written
+    against (RFC 2253: the most specific RDN first, ``CN=client,OU=eng,O=acme``; types without a
+    keyword as ``OID=#<hex of the DER value>``)."""
     from cryptography import x509
 
-    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    rdns = []
+    for rdn in reversed(list(x509.load_der_x509_certificate(der).subject.rdns)):
+        parts = []
+        for attr in rdn:
+            oid = attr.oid.dotted_string
+            keyword = _RFC2253_KEYWORDS.get(oid)
+            if keyword is not None and isinstance(attr.value, str):
+                parts.append(f"{keyword}={_escape(attr.value)}")
+            else:
+                parts.append(f"{oid}=#{_der_value(attr).hex()}")
+        rdns.append("+".join(parts))
+    return ",".join(rdns)

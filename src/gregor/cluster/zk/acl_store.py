@@ -111,6 +111,14 @@ class ZkAclStore:
     async def remove(self, bindings: Iterable[AclBinding]) -> None:
         await self._change(bindings, add=False)
 
+    @staticmethod
+    def refusal(binding: AclBinding) -> str | None:
+        """A resource name ZooKeeper cannot hold as one node (Kafka's ZooKeeper authorizer fails
+        such a creation too)."""
+        if "/" in binding.name or binding.name in (".", ".."):
+            return f"resource name {binding.name!r} cannot be a ZooKeeper node name (ACLs live in ZooKeeper here)"
+        return None
+
     async def _change(self, bindings: Iterable[AclBinding], add: bool) -> None:
         by_resource: dict[tuple[PatternType, ResourceType, str], set[AclBinding]] = {}
         for b in bindings:
@@ -145,10 +153,10 @@ class ZkAclStore:
                 continue
             self._node_changed(pattern, rt, name, data if wanted else None)
             if pattern == PatternType.LITERAL:
-                await self.zk.create("/kafka-acl-changes/acl_changes_", f"{rt.kafka_name}:{name}".encode(),
+                await self.zk.create("/kafka-acl-changes/acl_changes_", f"{rt.name}:{name}".encode(),
                                      makepath=True, sequential=True)
             else:
-                note = {"version": 1, "resourceType": rt.kafka_name, "name": name, "patternType": pattern.name}
+                note = {"version": 1, "resourceType": rt.name, "name": name, "patternType": pattern.name}
                 await self.zk.create("/kafka-acl-extended-changes/acl_changes_", json.dumps(note).encode(),
                                      makepath=True, sequential=True)
             return

@@ -119,7 +119,8 @@ class ZkScramCredentials:
             for user in changed:
                 await self._write(user, users.get(user, {}))
                 await self.zk.create(f"{CONFIG_CHANGES}/config_change_",
-                                     json.dumps({"version": 2, "entity_path": f"users/{user}"}).encode(),
+                                     json.dumps({"version": 2,
+                                                 "entity_path": f"users/{_path(user).rsplit('/', 1)[1]}"}).encode(),
                                      makepath=True, sequential=True)
         except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: the same answer as a failed file write
             raise OSError(5, f"cannot write the credentials to ZooKeeper: {e}") from None
