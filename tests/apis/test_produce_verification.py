@@ -170,3 +170,13 @@ def test_an_unreadable_batch_with_a_transactional_id_is_refused_like_any_other(n
     code, _ = produce(node, 0, bytes(bad_length))
     assert code == ErrorCode.corrupt_message
     assert node.services.logs.get("t", 0).log_end_offset == 0
+
+
+def test_transactional_batches_without_a_transactional_id_are_refused(node):
+    """Kafka's hasTransactionalRecords check: without the id nobody could end the transaction the
+    batch would open (read_committed readers would stall behind it)."""
+    pid, epoch = init(node)
+    code, message = produce(node, 0, txn_batch(pid, epoch, 0), tid=None)
+    assert code == ErrorCode.transactional_id_authorization_failed, message
+    plog = node.services.logs.get("t", 0)
+    assert plog.log_end_offset == 0 and plog.producer_state.ongoing == {}
