@@ -128,14 +128,16 @@ def killed_in_a_transaction(bootstrap: str, tid: str, topic: str, partition: int
 
 
 def raw_transactional_batch(bootstrap: str, topic: str, partition: int, producer_id: int, age_ms: int) -> int:
-    """A transactional batch written with a plain Produce request by a producer id the transaction
-    coordinator never gave out: no coordinator will ever end it (Kafka's hanging transaction).
-    Its timestamp is ``age_ms`` old. Returns its offset."""
+    """A transactional batch written with a Produce request naming a transactional id, by a
+    producer id its coordinator never gave out, on a broker that does not verify transactional
+    batches (transaction.partition.verification.enable=false, as before KIP-890): no coordinator
+    will ever end it (Kafka's hanging transaction). Its timestamp is ``age_ms`` old. Returns its
+    offset."""
     batch = build_batch([(None, b"hung")], producer_id=producer_id, producer_epoch=0, base_sequence=0,
                         attributes=rb.TRANSACTIONAL_BIT, timestamp=int(time.time() * 1000) - age_ms)
     w = WireClient(bootstrap)
     try:
-        r = w.call(ApiKey.PRODUCE, 9, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
+        r = w.call(ApiKey.PRODUCE, 9, {"transactional_id": "hanging", "acks": -1, "timeout": 5000, "topic_data": [
             {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
     finally:
         w.close()

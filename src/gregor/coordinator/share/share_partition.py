@@ -94,6 +94,8 @@ class SharePartition:
         for b in batches:
             for offset in range(max(b.first_offset, start_offset), b.last_offset + 1):
                 state = RecordState.AVAILABLE if b.state == RecordState.ACQUIRED else b.state
+                if state == RecordState.AVAILABLE and b.delivery_count >= sp.delivery_count_limit:
+                    state = RecordState.ARCHIVED  # delivered as often as allowed (its lock ended with the leader)
                 sp.in_flight[offset] = InFlight(state, b.delivery_count)
                 sp.end_offset = max(sp.end_offset, offset + 1)
         for offset in range(start_offset, sp.end_offset):  # holes: offsets never handed out are available
@@ -112,6 +114,9 @@ class SharePartition:
                 break
             r = self.in_flight[offset]
             if r.state == RecordState.AVAILABLE and offset < log_end:
+                if r.delivery_count >= self.delivery_count_limit:  # never past the limit
+                    self._settle(r, RecordState.ARCHIVED)
+                    continue
                 self._take(offset, r, member, now_ms)
                 out.append((offset, r.delivery_count))
         while (len(out) < max_records and self.end_offset < log_end
@@ -120,6 +125,7 @@ class SharePartition:
             self._take(self.end_offset, r, member, now_ms)
             out.append((self.end_offset, r.delivery_count))
             self.end_offset += 1
+        self._advance()
         return _ranges(out)
 
     def _take(self, offset: int, r: InFlight, member: str, now_ms: int) -> None:
