@@ -143,3 +143,41 @@ def test_acls_live_in_zookeeper_and_every_broker_enforces_a_change(tmp_path, zoo
         assert produce_errors() == {KafkaError.TOPIC_AUTHORIZATION_FAILED}
     finally:
         cluster.kill_all()
+
+
+def test_brokers_renew_their_sasl_sessions_with_each_other(tmp_path, zookeeper):
+    """connections.max.reauth.ms bounds every SASL session, the brokers' own too: a broker's
+    connections to the others (replica fetchers) get a new session before theirs ends, so
+    replication never loses its connections and acks=all writes keep flowing."""
+    pki = make_pki(tmp_path / "pki")
+    overrides = {
+        "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "inter.broker.listener.name": "SASL_SSL", "listener.name.sasl_ssl.plain.sasl.jaas.config": BROKER_JAAS,
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_encrypted),
+        "ssl.key.password": KEY_PASSWORD, "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
+        "connections.max.reauth.ms": "2000",
+    }
+    cluster = BrokerCluster(tmp_path / "cluster", zookeeper, 3, overrides)
+    for b in cluster.brokers:
+        b.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{b.port},SASL_SSL://127.0.0.1:{free_port()}"
+    try:
+        cluster.start()
+        topic = f"renew-{uuid.uuid4().hex[:6]}"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)
+        failed: list = []
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "log_level": 3,
+                      "message.timeout.ms": 20000})
+        end = time.monotonic() + 7  # several sessions of 2 s
+        n = 0
+        while time.monotonic() < end:
+            p.produce(topic, b"r", on_delivery=lambda err, _m: failed.append(err) if err else None)
+            n += 1
+            p.poll(0.02)
+        assert p.flush(30) == 0 and not failed and n > 100
+        logs = "".join(b.output() for b in cluster.brokers)
+        assert "(User:broker) expired without re-authentication" not in logs
+        md = admin.list_topics(topic, timeout=10)
+        assert all(len(part.isrs) == 3 for part in md.topics[topic].partitions.values())
+    finally:
+        cluster.kill_all()

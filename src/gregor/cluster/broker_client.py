@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections import deque
 from typing import Any
 
@@ -30,6 +31,9 @@ class BrokerUnreachable(ConnectionError):
     pass
 
 
+REAUTH_AT = 0.85  # a connection whose SASL session has a lifetime is replaced at 85% of it
+
+
 # The security every broker-to-broker connection of this process uses (the inter-broker
 # listener's: TLS, SASL), set once by the cluster's assembly; None: PLAINTEXT.
 _inter_broker_security: ClientSecurity | None = None
@@ -41,10 +45,10 @@ def set_inter_broker_security(security: ClientSecurity | None) -> None:
 
 
 async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, security: ClientSecurity,
-                       client_id: str, timeout: float, who: str) -> None:
+                       client_id: str, timeout: float, who: str) -> int:
     """SaslHandshake v1 and SaslAuthenticate v2 rounds for ``security``'s mechanism on a new
-    connection (the admin client does the same). Raises BrokerUnreachable with the server's
-    message when the broker refuses."""
+    connection (the admin client does the same); returns the session lifetime the broker gave
+    (ms, 0: none). Raises BrokerUnreachable with the server's message when the broker refuses."""
     mechanism = security.sasl_mechanism
     assert mechanism is not None
 
@@ -61,13 +65,16 @@ async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
             raise BrokerUnreachable(f"{who} refused SASL mechanism {mechanism} (error {hs.error_code}; it serves "
                                     f"{', '.join(hs.mechanisms) or 'none'})")
         corr = 2
+        lifetime_ms = 0
 
         async def step(token: bytes) -> bytes:
-            nonlocal corr
+            nonlocal corr, lifetime_ms
             r = await round_trip(ApiKey.SASL_AUTHENTICATE, 2, corr, {"auth_bytes": token})
             corr += 1
             if r.error_code:
                 raise BrokerUnreachable(f"authentication to {who} as {security.username} failed: {r.error_message}")
+            lifetime = r.session_lifetime
+            lifetime_ms = int(lifetime.total_seconds() * 1000) if hasattr(lifetime, "total_seconds") else int(lifetime)
             return bytes(r.auth_bytes)
 
         if mechanism == "PLAIN":
@@ -76,6 +83,7 @@ async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
             scram = ScramClient(mechanism, security.username, security.password)
             server_first = await step(scram.first())
             scram.verify(await step(scram.final(server_first)))
+        return lifetime_ms
     except SaslAuthenticationError as e:
         raise BrokerUnreachable(f"authentication to {who} failed: {e}") from None
     except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
@@ -99,6 +107,7 @@ class BrokerClient:
         self._pending: deque[tuple[int, int, int, asyncio.Future[Any]]] = deque()
         self._reading: asyncio.Task[None] | None = None
         self._corr = itertools.count(1)
+        self._session_ends: float | None = None  # monotonic; when to authenticate a new connection
 
     def __repr__(self) -> str:
         return f"broker {self.node_id} ({self.host}:{self.port})"
@@ -115,18 +124,26 @@ class BrokerClient:
                     self.request_timeout)
             except (TimeoutError, OSError) as e:  # ssl.SSLError is an OSError
                 raise BrokerUnreachable(f"cannot connect to {self}: {e or type(e).__name__}") from None
+            self._session_ends = None
             if security is not None and security.sasl_mechanism:
                 try:
-                    await authenticate(reader, writer, security, self.client_id, self.request_timeout, str(self))
+                    lifetime_ms = await authenticate(reader, writer, security, self.client_id, self.request_timeout,
+                                                     str(self))
                 except BrokerUnreachable:
                     writer.close()
                     raise
+                if lifetime_ms > 0:  # KIP-368: a new session (a new connection) before this one ends
+                    self._session_ends = time.monotonic() + lifetime_ms / 1000 * REAUTH_AT
             self._reader, self._writer = reader, writer
             self._reading = asyncio.get_running_loop().create_task(self._read_responses(reader))
             return writer
 
     async def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         """Send one request and return its decoded response (kio dataclass)."""
+        if self._session_ends is not None and time.monotonic() >= self._session_ends and not self._pending:
+            # the broker closes a connection whose SASL session ended (connections.max.reauth.ms):
+            # authenticate a new one first (nothing is in flight on this one)
+            self._fail(BrokerUnreachable(f"{self}: SASL session renewed"))
         writer = await self._connect()
         corr = next(self._corr) & 0x7FFFFFFF
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
