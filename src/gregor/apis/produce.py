@@ -94,16 +94,15 @@ async def _verify(ctx: RequestContext, req: Any) -> dict[tuple[str, int], Any]:
 
 def _has_transactional_batch(req: Any) -> bool:
     """Whether a partition's records start with a transactional batch (Kafka's
-    hasTransactionalRecords; a request's batches of one partition are all of one producer)."""
+    hasTransactionalRecords; a request's batches of one partition are all of one producer). On
+    every request without a transactional id: one byte per partition, no header parsed (the
+    attributes' low byte; a malformed batch is the append's to refuse)."""
+    low = rb.ATTRIBUTES + 1
     for td in req.topic_data:
         for pd in td.partition_data:
             records = pd.records
-            if records and len(records) >= rb.HEADER_SIZE:
-                try:
-                    if rb.read_header(records, 0).is_transactional:
-                        return True
-                except rb.InvalidBatch:
-                    continue
+            if records and len(records) > low and records[low] & rb.TRANSACTIONAL_BIT:
+                return True
     return False
 
 

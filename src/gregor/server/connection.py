@@ -266,7 +266,7 @@ class KafkaConnection(asyncio.Protocol):
                     self._release(len(frame))
                 del frame
                 if response is None:
-                    if self.security is not None and not self._after_request():
+                    if self._auth is not None and not self._after_request():
                         return
                     continue
                 if len(response) == 1 and not isinstance(response[0], FileRegion):
@@ -277,7 +277,7 @@ class KafkaConnection(asyncio.Protocol):
                             await self._can_write.wait()
                 else:
                     await self._send(response)
-                if self.security is not None and not self._after_request():
+                if self._auth is not None and not self._after_request():
                     return
         except CloseConnection:
             self._abort()
