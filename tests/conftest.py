@@ -124,3 +124,13 @@ def pytest_collection_modifyitems(config, items):
         uses_spark = ("spark" in getattr(item, "fixturenames", ())
                       or path.startswith(("tests/spark/", "tests/lagreport/")) or "lag_report" in path)
         item.add_marker(pytest.mark.xdist_group("spark" if uses_spark else path))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` that survives a crashed worker (tests/support/xdist_scheduling.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.support.xdist_scheduling import CrashSafeLoadGroupScheduling
+
+    return CrashSafeLoadGroupScheduling(config, log)
