@@ -42,6 +42,17 @@ def dead(pid: int) -> bool:
     return process_state(pid) in (None, "Z")
 
 
+def started_at(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat), None once it is gone:
+    with the pid, it names one process, where a pid alone may name a later one (or a thread of a
+    pytest worker) once the first is reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
 def children_of(pid: int) -> list[int]:
     out = []
     for d in Path("/proc").iterdir():
@@ -274,7 +285,7 @@ class DevClusterRun:
              "--override", "offsets.topic.replication.factor=1"],
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self.lines: list[str] = []
-        self.children: list[int] = []
+        self.children: list[tuple[int, int | None]] = []  # (pid, started_at)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -295,7 +306,7 @@ class DevClusterRun:
         zk = [p for p in kids if devcluster.ZOOKEEPER_MAIN in cmdline(p)]
         brokers = [p for p in kids if "gregor" in cmdline(p) and "serve" in cmdline(p)]
         assert len(zk) == 1 and len(brokers) == 1, (kids, self.output())
-        self.children = [zk[0], brokers[0]]
+        self.children = [(pid, started_at(pid)) for pid in (zk[0], brokers[0])]
         return zk[0], brokers[0]
 
     def finish(self, timeout: float = 60) -> int:
@@ -304,9 +315,13 @@ class DevClusterRun:
         return rc
 
     def kill(self) -> None:
-        """After a failure: devcluster and its children (in process groups of their own)."""
-        for pid in [self.proc.pid, *self.children]:
-            if not dead(pid):
+        """After a failure: devcluster and its children (in process groups of their own), each only
+        if it is still the process seen at the start (devcluster reaps its children, and a reaped
+        pid is soon another process's: killing it took a pytest worker down once)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for pid, started in self.children:
+            if started is not None and started_at(pid) == started and not dead(pid):
                 os.kill(pid, signal.SIGKILL)
         self.proc.wait()
 
