@@ -44,6 +44,8 @@ class Broker:
         self.replicas = parts.replicas
         self.groups = parts.groups
         self.transactions = parts.transactions
+        self.share_state = parts.share_state
+        self.shares = parts.shares
         self.producer_ids = parts.producer_ids
         self.dynamic_configs = parts.dynamic_configs
         self.metrics = parts.metrics
@@ -70,6 +72,7 @@ class Broker:
         await self.replicas.start()
         await self.groups.start()
         await self.transactions.start()
+        await self.share_state.start()
         if self.telemetry is not None:
             self.telemetry.start()
         configured = self.config.listeners()
@@ -140,6 +143,8 @@ class Broker:
             await listener.close()
         await self.membership.finish(self._final_telemetry)
         await self.transactions.stop()
+        await self.shares.stop()
+        await self.share_state.stop()
         await self.groups.stop()
         await self.replicas.stop()
         if self.telemetry is not None:

@@ -73,7 +73,7 @@ def _replica_selector(v: str) -> str:
     raise ValueError(f"must be one of {LEADER_SELECTOR}, {RACK_AWARE_SELECTOR} (or their simple names)")
 
 
-REBALANCE_PROTOCOLS = ("classic", "consumer")
+REBALANCE_PROTOCOLS = ("classic", "consumer", "share")
 CONSUMER_ASSIGNORS = ("uniform", "range")
 MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
@@ -353,6 +353,14 @@ KEYS: dict[str, Key] = {
             "has it; 1: once the leader has it (in a cluster; a single node has one replica)"),
         Key("offsets.commit.timeout.ms", _int_range(1, INT_MAX), 5000,
             "a commit not replicated within this is answered COORDINATOR_NOT_AVAILABLE (the client retries)"),
+        Key("share.coordinator.state.topic.num.partitions", _int_range(1, 10_000), 50,
+            "partitions of __share_group_state (the share coordinator's state topic)"),
+        Key("share.coordinator.state.topic.replication.factor", _int_range(1, 32767), 3,
+            "replicas of __share_group_state (a cluster; one node: 1)"),
+        Key("share.coordinator.state.topic.min.isr", _int_range(1, INT_MAX), 2,
+            "min.insync.replicas of __share_group_state (at most its replicas)"),
+        Key("share.coordinator.state.topic.segment.bytes", _int_range(14, INT_MAX), 104857600,
+            "segment size of __share_group_state"),
         Key("transaction.state.log.num.partitions", _int_range(1, 10_000), 50, "partitions of __transaction_state"),
         Key("transaction.state.log.replication.factor", _int_range(1, 32767), 3,
             "replication factor of __transaction_state (a single node uses 1)"),
@@ -383,8 +391,9 @@ KEYS: dict[str, Key] = {
         Key("group.max.session.timeout.ms", _POS_INT, 1800000, "largest session timeout"),
         Key("group.max.size", _int_range(1, INT_MAX), INT_MAX, "members per group"),
         Key("group.coordinator.rebalance.protocols", _names_of(REBALANCE_PROTOCOLS, "protocols", "classic"),
-            REBALANCE_PROTOCOLS, "group protocols served: classic (JoinGroup/SyncGroup) and consumer (KIP-848, "
-            "ConsumerGroupHeartbeat; advertised in ApiVersions only when listed)"),
+            REBALANCE_PROTOCOLS, "group protocols served: classic (JoinGroup/SyncGroup), consumer (KIP-848, "
+            "ConsumerGroupHeartbeat) and share (KIP-932 share groups: ShareGroupHeartbeat, ShareFetch, "
+            "ShareAcknowledge); the APIs of a protocol are advertised in ApiVersions only when it is listed"),
         Key("group.consumer.session.timeout.ms", _int_range(1, INT_MAX), 45000,
             "consumer-protocol members: no heartbeat for this long and the member is removed"),
         Key("group.consumer.min.session.timeout.ms", _int_range(1, INT_MAX), 45000,
@@ -403,6 +412,31 @@ KEYS: dict[str, Key] = {
         Key("group.consumer.slow.phase.ms", _int_range(1, INT_MAX), 60000,
             "a consumer-protocol group outside Stable (Closing, Starting) longer than this is logged once, with "
             "the members that hold it up (gregor_group_member_holding_seconds shows them at any time)"),
+        Key("group.share.session.timeout.ms", _int_range(1, INT_MAX), 45000,
+            "share-group members: no heartbeat for this long and the member is removed"),
+        Key("group.share.min.session.timeout.ms", _int_range(1, INT_MAX), 45000,
+            "smallest share.session.timeout.ms a group config may set"),
+        Key("group.share.max.session.timeout.ms", _int_range(1, INT_MAX), 60000,
+            "largest share.session.timeout.ms a group config may set"),
+        Key("group.share.heartbeat.interval.ms", _int_range(1, INT_MAX), 5000,
+            "share-group members heartbeat this often (told in every response)"),
+        Key("group.share.min.heartbeat.interval.ms", _int_range(1, INT_MAX), 5000,
+            "smallest share.heartbeat.interval.ms a group config may set"),
+        Key("group.share.max.heartbeat.interval.ms", _int_range(1, INT_MAX), 15000,
+            "largest share.heartbeat.interval.ms a group config may set"),
+        Key("group.share.max.size", _int_range(1, 1000), 200, "members per share group"),
+        Key("group.share.record.lock.duration.ms", _int_range(1000, 3_600_000), 30000,
+            "how long a share consumer holds the records it acquired before they are delivered again"),
+        Key("group.share.min.record.lock.duration.ms", _int_range(1000, 3_600_000), 15000,
+            "smallest share.record.lock.duration.ms a group config may set"),
+        Key("group.share.max.record.lock.duration.ms", _int_range(1000, 3_600_000), 60000,
+            "largest share.record.lock.duration.ms a group config may set"),
+        Key("group.share.delivery.count.limit", _int_range(2, 10), 5,
+            "deliveries of a record to share consumers before it is archived (rejected for good)"),
+        Key("group.share.max.share.sessions", _int_range(1, INT_MAX), 2000,
+            "share sessions this broker keeps (one per share consumer and broker); one more is refused"),
+        Key("group.share.partition.max.record.locks", _int_range(100, 10000), 2000,
+            "records in flight (acquired or waiting to be delivered again) per share-partition"),
         Key("group.consumer.migration.policy", _one_of(MIGRATION_POLICIES), "bidirectional",
             "online migration between the classic and the consumer protocol (empty groups convert both ways "
             "whatever this says, as Kafka): upgrade lets a consumer-protocol member convert a classic group with "

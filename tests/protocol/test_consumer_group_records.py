@@ -324,7 +324,7 @@ def test_classic_records_still_decode_beside_them():
     "data",
     [
         b"\x00\x09\x00\x01g",            # ShareGroupPartitionMetadata (not read)
-        b"\x00\x0b\x00\x01g",            # ShareGroupMetadata
+        b"\x00\x0d\x00\x01g",            # ShareGroupTargetAssignmentMember without its MemberId
         b"\x00\x11\x00\x01g",            # StreamsGroupMetadata
         b"\x7f\xff\x00\x01g",
         b"\x00\x03\xff\xff",             # a null GroupId

@@ -93,6 +93,9 @@ GATES: dict[int, list[tuple[AclOperation, ResourceType, str | None]]] = {
     12: [(Op.READ, GROUP, "group_id")],  # Heartbeat
     13: [(Op.READ, GROUP, "group_id")],  # LeaveGroup
     68: [(Op.READ, GROUP, "group_id")],  # ConsumerGroupHeartbeat
+    76: [(Op.READ, GROUP, "group_id")],  # ShareGroupHeartbeat
+    78: [(Op.READ, GROUP, "group_id")],  # ShareFetch (and READ on each topic, in the handler)
+    79: [(Op.READ, GROUP, "group_id")],  # ShareAcknowledge
     47: [(Op.DELETE, GROUP, "group_id")],  # OffsetDelete (and READ on each topic, in the handler)
     25: [(Op.WRITE, TXN_ID, "transactional_id"), (Op.READ, GROUP, "group_id")],  # AddOffsetsToTxn
     26: [(Op.WRITE, TXN_ID, "transactional_id")],  # EndTxn

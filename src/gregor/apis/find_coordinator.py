@@ -4,19 +4,24 @@ lookup once offsets.topic.replication.factor brokers are alive, as Kafka does). 
 from v4. A group without a coordinator gets COORDINATOR_NOT_AVAILABLE with a message saying why in
 plain words (coordinator/group/locator.py); a group whose shard is loading gets its coordinator
 and, in the message, the load's progress. A transactional id's coordinator (key type 1) is the
-leader of its ``__transaction_state`` partition (created on the first lookup)."""
+leader of its ``__transaction_state`` partition (created on the first lookup); a share-partition's
+(key type 2, "group:topicId:partition", asked by share-partition leaders) the leader of its
+``__share_group_state`` partition."""
 
 from __future__ import annotations
 
+import base64
+import uuid
 from typing import Any
 
 from gregor.apis.authorization import GROUP as GROUP_RESOURCE
-from gregor.apis.authorization import TXN_ID, Op, allowed, enabled
+from gregor.apis.authorization import TXN_ID, Op, allowed, cluster_allowed, enabled
 from gregor.apis.handler import RequestContext, handles
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
+from gregor.protocol.share_state_records import SharePartitionKey
 
-GROUP, TRANSACTION = 0, 1
+GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
 def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
@@ -36,6 +41,8 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         elif not code:
             entry.update(error_code=ErrorCode.coordinator_not_available,
                          error_message=f"broker {node_id} (the transaction coordinator) is not alive")
+    elif key_type == SHARE:  # a share-partition's coordinator (between brokers; CLUSTER_ACTION)
+        _share_coordinator(ctx, key, entry)
     elif key_type != GROUP:
         entry.update(error_code=ErrorCode.invalid_request, error_message=f"unknown key type {key_type}")
     elif not key and ctx.version < 4:
@@ -53,6 +60,32 @@ def _lookup(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     if entry["error_code"]:
         entry.update(node_id=-1, host="", port=-1)
     return entry
+
+
+def _share_coordinator(ctx: RequestContext, key: str, entry: dict[str, Any]) -> None:
+    parts = key.rsplit(":", 2)
+    spk = None
+    if len(parts) == 3 and parts[2].lstrip("-").isdigit():
+        try:
+            spk = SharePartitionKey(parts[0], uuid.UUID(bytes=base64.urlsafe_b64decode(parts[1] + "==")),
+                                    int(parts[2]))
+        except ValueError:
+            spk = None
+    if spk is None:
+        entry.update(error_code=ErrorCode.invalid_request, error_message=f"not a share-partition key: {key!r}")
+        return
+    if enabled(ctx) and not cluster_allowed(ctx, Op.CLUSTER_ACTION):
+        entry.update(error_code=ErrorCode.cluster_authorization_failed)
+        return
+    node_id, code, reason = ctx.share_state.locate(spk)
+    entry.update(error_code=code, error_message=reason)
+    broker = ctx.cluster.broker(node_id) if not code else None
+    ep = broker.at(ctx.listener_name) if broker is not None else None
+    if broker is not None and ep is not None:
+        entry.update(node_id=broker.node_id, host=ep[0], port=ep[1])
+    elif not code:
+        entry.update(error_code=ErrorCode.coordinator_not_available,
+                     error_message=f"broker {node_id} (the share coordinator) is not alive")
 
 
 @handles(ApiKey.FIND_COORDINATOR, 0, 6)

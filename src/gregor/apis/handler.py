@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
+    from gregor.coordinator.share.service import ShareService
+    from gregor.coordinator.share.state_service import ShareStateService
     from gregor.coordinator.transaction.service import TransactionCoordinatorService
     from gregor.log.log_manager import LogManager
     from gregor.metrics.registry import BrokerMetrics
@@ -110,6 +112,16 @@ class RequestContext:
     def metrics(self) -> BrokerMetrics | None:
         """None when metrics are off: nothing is counted on the hot paths."""
         return self.services.metrics
+
+    @property
+    def shares(self) -> ShareService:
+        assert self.services.shares is not None, "share groups are not served by this broker"
+        return self.services.shares
+
+    @property
+    def share_state(self) -> ShareStateService:
+        assert self.services.share_state is not None, "share groups are not served by this broker"
+        return self.services.share_state
 
     @property
     def replicas(self) -> ReplicaManager:

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
+    from gregor.coordinator.share.service import ShareService
+    from gregor.coordinator.share.state_service import ShareStateService
     from gregor.coordinator.transaction.service import TransactionCoordinatorService
     from gregor.log.log_manager import LogManager
     from gregor.metrics.registry import BrokerMetrics
@@ -58,3 +60,5 @@ class Services:
     controller: ControllerService  # ControlledShutdown (NoController on one node)
     transactions: TransactionCoordinatorService  # the transaction coordinator and its markers
     acls: AclStore | None = None  # authorizer.class.name set: the ACLs and their authorizer (security/acl.py)
+    shares: ShareService | None = None  # share groups' delivery: ShareFetch, ShareAcknowledge, share sessions
+    share_state: ShareStateService | None = None  # the share coordinator (__share_group_state)

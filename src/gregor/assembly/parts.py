@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from gregor.cluster.topic_admin import TopicAdmin
     from gregor.config import BrokerConfig
     from gregor.coordinator.group.service import GroupCoordinatorService
+    from gregor.coordinator.share.service import ShareService
+    from gregor.coordinator.share.state_service import ShareStateService
     from gregor.coordinator.transaction.service import TransactionCoordinatorService
     from gregor.log.log_manager import LogManager
     from gregor.log.topic_registry import TopicRegistry
@@ -61,6 +63,8 @@ class BrokerParts:
     services: Services
     membership: Membership
     transactions: TransactionCoordinatorService
+    share_state: ShareStateService
+    shares: ShareService
 
 
 def build_parts(config: BrokerConfig, connections: Callable[[], int],

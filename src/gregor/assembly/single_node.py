@@ -19,6 +19,10 @@ from gregor.cluster.producer_ids import ProducerIdManager
 from gregor.cluster.topic_admin import TopicAdmin
 from gregor.config import BrokerConfig
 from gregor.coordinator.group.service import GroupCoordinatorService
+from gregor.coordinator.share.persister import Persister
+from gregor.coordinator.share.service import ShareService
+from gregor.coordinator.share.share_partitions import SharePartitionManager, ShareSettings
+from gregor.coordinator.share.state_service import ShareStateService
 from gregor.coordinator.transaction.markers import LocalMarkers
 from gregor.coordinator.transaction.service import TransactionCoordinatorService
 from gregor.coordinator.transaction.views import TransactionViews
@@ -69,7 +73,8 @@ def build_single_node(config: BrokerConfig, connections: Callable[[], int]) -> B
 def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, cluster: ClusterMetadata,
             topics: TopicAdmin, replicas: Any, producer_ids: ProducerIdManager, membership: Any,
             connections: Callable[[], int], create_internal_topics_at_start: bool, offsets_replication_factor: int,
-            controller: Any, transaction_replication_factor: int, credentials: Any = None,
+            controller: Any, transaction_replication_factor: int, share_replication_factor: int = 1,
+            credentials: Any = None,
             acls: Callable[[Authorizer], AclStore] | None = None) -> BrokerParts:
     """The parts both builders make the same way, over the parts that differ."""
     node_id: int = config["node.id"]
@@ -93,6 +98,9 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
         telemetry = TelemetryWriter(node_id, topics, logs, metrics, config["telemetry.topic.num.partitions"],
                                     LeaderSink(cluster, replicas),
                                     create_topic_at_start=create_internal_topics_at_start)
+    share_state = ShareStateService(config, registry, logs, topics.create_topic, cluster, replicas,
+                                    replication_factor=share_replication_factor)
+    shares = _share_delivery(config, logs, replicas, share_state, cluster, dynamic_configs)
     acl_store: AclStore | None = None
     if config["authorizer.class.name"]:
         authorizer = Authorizer(parse_super_users(config["super.users"]), config["allow.everyone.if.no.acl.found"])
@@ -101,6 +109,22 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
                         producer_ids=producer_ids, dynamic_configs=dynamic_configs,
                         credentials=credentials if credentials is not None else ScramCredentials(config.data_dir),
                         metrics=metrics, replicas=replicas,
-                        controller=controller, transactions=transactions, acls=acl_store)
+                        controller=controller, transactions=transactions, acls=acl_store, shares=shares,
+                        share_state=share_state)
     return BrokerParts(config, registry, logs, cluster, topics, replicas, producer_ids, dynamic_configs, groups,
-                       metrics, telemetry, services, membership, transactions)
+                       metrics, telemetry, services, membership, transactions, share_state, shares)
+
+
+def _share_delivery(config: BrokerConfig, logs: LogManager, replicas: Any, share_state: ShareStateService,
+                    cluster: ClusterMetadata, dynamic_configs: DynamicConfigs) -> ShareService:
+    """Share groups' delivery: the share-partitions led here, their state through the share
+    coordinator, the share sessions."""
+
+    def settings(group_id: str) -> ShareSettings:
+        values = dynamic_configs.group_config(group_id)[0]
+        return ShareSettings(int(values["share.record.lock.duration.ms"]), int(values["share.delivery.count.limit"]),
+                             int(values["share.partition.max.record.locks"]), str(values["share.auto.offset.reset"]),
+                             values["share.isolation.level"] == "read_committed")
+
+    partitions = SharePartitionManager(logs, replicas, Persister(share_state, cluster), settings)
+    return ShareService(partitions, settings, logs.notifier.wait, config["group.share.max.share.sessions"])

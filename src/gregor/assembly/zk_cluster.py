@@ -214,6 +214,7 @@ def build_zk_cluster(config: BrokerConfig, connections: Callable[[], int],
                     None, connections, create_internal_topics_at_start=False,
                     offsets_replication_factor=config["offsets.topic.replication.factor"], controller=controller,
                     transaction_replication_factor=config["transaction.state.log.replication.factor"],
+                    share_replication_factor=config["share.coordinator.state.topic.replication.factor"],
                     credentials=credentials, acls=lambda authorizer: ZkAclStore(zk, authorizer))
     # a cluster's group configs are ZooKeeper's, mirrored by every broker
     group_configs = ZkGroupConfigs(zk, parts.dynamic_configs, parts.groups)

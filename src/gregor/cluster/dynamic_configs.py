@@ -96,8 +96,15 @@ GROUP_KEYS: dict[str, tuple[str, Any, tuple[str, int] | None, tuple[str, int] | 
     "share.record.lock.duration.ms": ("group.share.record.lock.duration.ms", 30000,
                                       ("group.share.min.record.lock.duration.ms", 15000),
                                       ("group.share.max.record.lock.duration.ms", 60000)),
+    "share.delivery.count.limit": ("group.share.delivery.count.limit", 5, ("", 2), ("", 10)),
+    "share.partition.max.record.locks": ("group.share.partition.max.record.locks", 2000, ("", 100),
+                                         ("", 10000)),
     "share.auto.offset.reset": ("", "latest", None, None),
+    "share.isolation.level": ("", "read_uncommitted", None, None),
 }
+# the values a string group config may take
+GROUP_CHOICES = {"share.auto.offset.reset": ("latest", "earliest"),
+                 "share.isolation.level": ("read_uncommitted", "read_committed")}
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -254,6 +261,8 @@ class DynamicConfigs:
     # -- group configs -----------------------------------------------------------------------
     def _broker_value(self, key: str, default: int) -> int:
         """A broker key Gregor knows (group.consumer.*), or one it only accepts (group.share.*)."""
+        if not key:
+            return default  # a fixed bound
         if key in KEYS:
             return int(self.config[key])
         return _as_int(self.config.ignored.get(key), default)
@@ -311,8 +320,8 @@ class DynamicConfigs:
                                      f"{key} must be between {low} and {high} (the broker's bounds), got {n}")
                 new[key] = str(n)
             else:
-                if value not in ("latest", "earliest"):
-                    raise KafkaError(ErrorCode.invalid_config, f"{key} must be latest or earliest")
+                if value not in GROUP_CHOICES[key]:
+                    raise KafkaError(ErrorCode.invalid_config, f"{key} must be {' or '.join(GROUP_CHOICES[key])}")
                 new[key] = value
         try:
             steering.Steering.from_config(new)

@@ -369,7 +369,13 @@ def encode_key(key: Key) -> bytes:
         return _H.pack(GROUP_METADATA_KEY_VERSION) + _H.pack(len(g)) + g
     record_type = _CONSUMER_GROUP_KEY_TYPES.get(type(key))
     if record_type is None:
-        raise TypeError(f"not a __consumer_offsets key: {key!r}")
+        extra = EXTRA_KEY_TYPES.get(type(key))
+        if extra is None:
+            raise TypeError(f"not a __consumer_offsets key: {key!r}")
+        w = _Writer()
+        w.i16(extra[0])
+        extra[1](w, key)
+        return bytes(w.out)
     w = _Writer()
     w.i16(record_type)
     w.string(key.group)
@@ -410,7 +416,7 @@ def encode_value(value: Value | None, version: int | None = None) -> bytes | Non
         return bytes(w.out)
     if isinstance(value, GroupMetadataValue):
         return _encode_group_metadata(value, GROUP_METADATA_VALUE_VERSION if version is None else version)
-    encoder = _CONSUMER_GROUP_ENCODERS.get(type(value))
+    encoder = _CONSUMER_GROUP_ENCODERS.get(type(value)) or EXTRA_VALUE_ENCODERS.get(type(value))
     if encoder is None:
         raise TypeError(f"not a __consumer_offsets value: {value!r}")
     if version not in (None, CONSUMER_GROUP_VALUE_VERSION):
@@ -555,6 +561,14 @@ def _enc_regular_expression(w: _Writer, v: ConsumerGroupRegularExpressionValue) 
     w.tags()
 
 
+# Record types defined beside this module (protocol/share_group_records.py registers the share
+# groups' ones): key class -> (record type, writer of the key's fields after the type);
+# record type -> key reader; value class -> writer; key class -> value reader.
+EXTRA_KEY_TYPES: dict[type, tuple[int, Callable[[_Writer, Any], None]]] = {}
+EXTRA_VALUE_ENCODERS: dict[type, Callable[[_Writer, Any], None]] = {}
+EXTRA_KEY_DECODERS: dict[int, Callable[[_Reader], Any]] = {}
+EXTRA_VALUE_DECODERS: dict[type, Callable[[_Reader], Any]] = {}
+
 _CONSUMER_GROUP_KEY_TYPES: dict[type, int] = {
     ConsumerGroupMetadataKey: CONSUMER_GROUP_METADATA_TYPE,
     ConsumerGroupPartitionMetadataKey: CONSUMER_GROUP_PARTITION_METADATA_TYPE,
@@ -688,6 +702,9 @@ def decode_key(data: bytes) -> Key:
     if version == CONSUMER_GROUP_REGULAR_EXPRESSION_TYPE:
         return ConsumerGroupRegularExpressionKey(r.required_string("group id"),
                                                  r.required_string("regular expression"))
+    extra_key = EXTRA_KEY_DECODERS.get(version)
+    if extra_key is not None:
+        return extra_key(r)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 
@@ -709,7 +726,7 @@ def decode_value(key: Key, data: bytes | None) -> Value | None:
         return OffsetCommitValue(offset, metadata, commit_ts, leader_epoch, expire_ts)
     if isinstance(key, GroupMetadataKey):
         return _decode_group_metadata(r, version)
-    decoder = _CONSUMER_GROUP_DECODERS.get(type(key))
+    decoder = _CONSUMER_GROUP_DECODERS.get(type(key)) or EXTRA_VALUE_DECODERS.get(type(key))
     if decoder is None:
         raise TypeError(f"not a __consumer_offsets key: {key!r}")
     if version != CONSUMER_GROUP_VALUE_VERSION:
@@ -889,3 +906,7 @@ _CONSUMER_GROUP_DECODERS: dict[type, Callable[[_Reader], ConsumerGroupValue]] = 
     ConsumerGroupCurrentMemberAssignmentKey: _dec_current_assignment,
     ConsumerGroupRegularExpressionKey: _dec_regular_expression,
 }
+
+
+# the share groups' record types register themselves here (imported last: they use the writer and reader)
+from gregor.protocol import share_group_records as _share_group_records  # noqa: E402,F401

@@ -282,6 +282,8 @@ class ConsumerGroupManager:
         group = self.groups.get(group_id)
         if group is not None:
             return group
+        if group_id in self.ctx.share_groups:
+            raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         classic = self.ctx.groups.get(group_id)
         if classic is not None and create:
             if not classic.members:

@@ -9,6 +9,7 @@ from typing import Any
 
 from gregor.coordinator.group.consumer_group import ConsumerGroup, TopicId
 from gregor.coordinator.group.model import ClassicGroup
+from gregor.coordinator.group.share_group import ShareGroup
 from gregor.coordinator.group.topic_hashes import TopicHashes
 from gregor.coordinator.runtime.committed import CommittedReads
 from gregor.coordinator.runtime.result import Deferred
@@ -33,6 +34,10 @@ class GroupConfig:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     consumer_migration_policy: str = "bidirectional"  # disabled | upgrade | downgrade | bidirectional
     consumer_slow_phase_ms: int = 60_000  # a group outside Stable longer than this is logged with who holds it
+    # share groups (KIP-932), Kafka's group.share.* keys
+    share_session_timeout_ms: int = 45_000
+    share_heartbeat_interval_ms: int = 5_000
+    share_max_size: int = 200
 
 
 @dataclass
@@ -52,6 +57,7 @@ class ShardContext:
     group_settings: Callable[[str], dict[str, Any]] = lambda group_id: {}
     groups: dict[str, ClassicGroup] = field(default_factory=dict)
     consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+    share_groups: dict[str, ShareGroup] = field(default_factory=dict)
     completions: list[Completion] = field(default_factory=list)
     membership_version: int = 0  # bumped whenever members or their assignments change
     on_membership_change: Callable[[], object] | None = None

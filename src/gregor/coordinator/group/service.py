@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import logging
 import uuid
@@ -57,6 +58,8 @@ from gregor.coordinator.group.locator import (
     load_progress_note,
 )
 from gregor.coordinator.group.shard import RECORD_SERDE, GroupCoordinatorShard, ShardCollaborators
+from gregor.coordinator.group.share_group import ShareGroup
+from gregor.coordinator.group.share_group_manager import ShareHeartbeatRequest, ShareHeartbeatResult
 from gregor.coordinator.group.subscriptions import TopicCatalogue
 from gregor.coordinator.group.topic_hashes import TopicHashes
 from gregor.coordinator.group.views import GroupViews
@@ -109,6 +112,9 @@ def group_config(config: Any) -> GroupConfig:
         consumer_assignors=tuple(config["group.consumer.assignors"]),
         consumer_migration_policy=config["group.consumer.migration.policy"],
         consumer_slow_phase_ms=config["group.consumer.slow.phase.ms"],
+        share_session_timeout_ms=config["group.share.session.timeout.ms"],
+        share_heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"],
+        share_max_size=config["group.share.max.size"],
     )
 
 
@@ -420,6 +426,36 @@ class GroupCoordinatorService:
         result: ConsumerHeartbeatResult = await self._write(
             req.group_id, lambda shard: shard.consumer_group_heartbeat(req), timeout=True)
         return result
+
+    async def share_group_heartbeat(self, req: ShareHeartbeatRequest) -> ShareHeartbeatResult:
+        """ShareGroupHeartbeat (KIP-932): answered once its records are committed."""
+        result: ShareHeartbeatResult = await self._write(
+            req.group_id, lambda shard: shard.share_group_heartbeat(req), timeout=True)
+        return result
+
+    async def describe_share_group(self, group_id: str) -> ShareGroup | None:
+        """A copy of the share group as its coordinator holds it once every write before it is
+        committed (None: no such group; GROUP_ID_NOT_FOUND-worthy when the id is another kind's)."""
+        def view(shard: GroupCoordinatorShard) -> ShareGroup | None:
+            group = shard.share_groups.get(group_id)
+            if group is None:
+                if group_id in shard.consumer_groups or (group_id in shard.groups and shard.groups[group_id].members):
+                    raise KafkaError(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+                return None
+            return copy.deepcopy(group)
+
+        result: ShareGroup | None = await self._read_committed(group_id, view)
+        return result
+
+    def share_member_assignment(self, group_id: str, member_id: str) -> Any:
+        """What the share member is assigned now (topic id -> partitions); None when the group
+        or the member is not known here."""
+        def read(shard: GroupCoordinatorShard) -> Any:
+            group = shard.share_groups.get(group_id)
+            member = group.members.get(member_id) if group is not None else None
+            return None if member is None else dict(member.assigned)
+
+        return self._read(group_id, read)
 
     def steering_problems(self, group_id: str, wanted: Steering) -> list[str]:
         """Why ``wanted`` cannot steer the group now; NOT_COORDINATOR from a broker that does not

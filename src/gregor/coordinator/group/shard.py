@@ -53,6 +53,12 @@ from gregor.coordinator.group.group_manager import GroupManager
 from gregor.coordinator.group.migration import Downgrade, Upgrade, empty_consumer_group_tombstones
 from gregor.coordinator.group.model import ClassicGroup, GroupState, Member
 from gregor.coordinator.group.offset_manager import OffsetManager
+from gregor.coordinator.group.share_group import ShareGroup
+from gregor.coordinator.group.share_group_manager import (
+    ShareGroupManager,
+    ShareHeartbeatRequest,
+    ShareHeartbeatResult,
+)
 from gregor.coordinator.group.subscriptions import TopicCatalogue
 from gregor.coordinator.runtime.committed import CommittedReads
 from gregor.coordinator.runtime.result import CoordinatorResult, Record
@@ -70,6 +76,7 @@ from gregor.protocol.consumer_offsets import (
 )
 from gregor.protocol.consumer_protocol import encode_assignment
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.share_group_records import SHARE_GROUP_KEYS
 
 log = logging.getLogger("gregor.coordinator")
 
@@ -106,6 +113,7 @@ class GroupCoordinatorShard:
         downgrade = Downgrade(self.ctx, self.groups_mgr)
         self.consumer_mgr = ConsumerGroupManager(self.ctx, c.catalogue, Upgrade(self.ctx), downgrade)
         self.classic_members = ClassicMembers(self.ctx, self.consumer_mgr, downgrade)
+        self.share_mgr = ShareGroupManager(self.ctx)
 
     @property
     def partition(self) -> int:
@@ -123,8 +131,15 @@ class GroupCoordinatorShard:
     def consumer_groups(self) -> dict[str, ConsumerGroup]:
         return self.ctx.consumer_groups
 
+    @property
+    def share_groups(self) -> dict[str, ShareGroup]:
+        return self.ctx.share_groups
+
     # -- writes (each returns a CoordinatorResult) --------------------------------------------
     def join_group(self, req: JoinRequest) -> CoordinatorResult[JoinResult]:
+        if req.group_id in self.share_groups:  # a group id names one group (Kafka: not a classic group)
+            return CoordinatorResult([], JoinResult(error=ErrorCode.inconsistent_group_protocol,
+                                                    member_id=req.member_id))
         consumer = self.consumer_groups.get(req.group_id)
         if consumer is None:
             return self.groups_mgr.join_group(req)
@@ -162,7 +177,12 @@ class GroupCoordinatorShard:
     def consumer_group_heartbeat(self, req: ConsumerHeartbeatRequest) -> CoordinatorResult[ConsumerHeartbeatResult]:
         return self.consumer_mgr.heartbeat(req)
 
+    def share_group_heartbeat(self, req: ShareHeartbeatRequest) -> CoordinatorResult[ShareHeartbeatResult]:
+        return self.share_mgr.heartbeat(req)
+
     def steering_changed(self, group_id: str) -> CoordinatorResult[None]:
+        if group_id in self.share_groups:
+            return self.share_mgr.steering_changed(group_id)
         return self.consumer_mgr.steering_changed(group_id)
 
     def steering_problems(self, group_id: str, wanted: Steering) -> list[str]:
@@ -186,6 +206,16 @@ class GroupCoordinatorShard:
         records: list[Record] = []
         errors: DeleteGroupsResult = {}
         for gid in group_ids:
+            share = self.share_groups.get(gid)
+            if share is not None:
+                if share.members:
+                    errors[gid] = ErrorCode.non_empty_group
+                else:
+                    records += self.offsets_mgr.tombstones_for_group(gid)
+                    records += self.share_mgr.delete_group(gid)
+                    errors[gid] = ErrorCode.none
+                    log.info("Share group %s deleted", gid)
+                continue
             consumer = self.consumer_groups.get(gid)
             if consumer is not None:
                 if consumer.members:
@@ -265,6 +295,10 @@ class GroupCoordinatorShard:
             if states and c.state.value.lower() not in states:
                 continue
             out.append(ListedGroup(c.group_id, "consumer", c.state.value, "consumer"))
+        for sg in self.share_groups.values():
+            if states and sg.state.lower() not in states:
+                continue
+            out.append(ListedGroup(sg.group_id, "share", sg.state, "share"))
         return out
 
     # -- read-only views (metrics, telemetry, fetch attribution) --------------------------------
@@ -332,7 +366,7 @@ class GroupCoordinatorShard:
                                  cm.member_id)
 
     def group_count(self) -> int:
-        return len(self.groups) + len(self.consumer_groups)
+        return len(self.groups) + len(self.consumer_groups) + len(self.share_groups)
 
     # -- replay ------------------------------------------------------------------------------
     def replay(self, key: Any, value: Any) -> None:
@@ -342,6 +376,8 @@ class GroupCoordinatorShard:
             self._replay_group(key, value)
         elif isinstance(key, CONSUMER_GROUP_KEYS):
             self.consumer_mgr.replay(key, value)
+        elif isinstance(key, SHARE_GROUP_KEYS):
+            self.share_mgr.replay(key, value)
 
     def replay_transactional(self, producer_id: int, producer_epoch: int, key: Any, value: Any) -> None:
         if isinstance(key, OffsetCommitKey):
@@ -377,10 +413,12 @@ class GroupCoordinatorShard:
     def on_loaded(self) -> None:
         # a group that has offsets but no group metadata exists, Empty (Kafka's loader does the same)
         for group_id in self.offsets_mgr.offsets:
-            if group_id not in self.groups and group_id not in self.consumer_groups:
+            if group_id not in self.groups and group_id not in self.consumer_groups \
+                    and group_id not in self.share_groups:
                 self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=-1)
         self.groups_mgr.on_loaded()
         self.consumer_mgr.on_loaded()
+        self.share_mgr.on_loaded()
         self._schedule_expiry()
         log.debug("__consumer_offsets-%d holds %d groups", self.partition, len(self.groups))
 

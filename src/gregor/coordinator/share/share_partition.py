@@ -192,6 +192,33 @@ class SharePartition:
             self._advance()
         return n
 
+    def advance_start(self, log_start: int) -> None:
+        """The log's start moved past the share-partition start offset (retention, DeleteRecords):
+        what is no longer in the log cannot be delivered and leaves the in-flight window."""
+        if log_start <= self.start_offset:
+            return
+        for offset in range(self.start_offset, min(log_start, self.end_offset)):
+            del self.in_flight[offset]
+        self.start_offset = log_start
+        self.end_offset = max(self.end_offset, log_start)
+        self._advance()
+
+    def next_fetch_offset(self) -> int:
+        """Where a fetch should read from: the first AVAILABLE in-flight offset (a redelivery),
+        else the end offset; -1 when nothing may be acquired (the in-flight limit is reached and
+        nothing in flight is AVAILABLE)."""
+        for offset in range(self.start_offset, self.end_offset):
+            if self.in_flight[offset].state == RecordState.AVAILABLE:
+                return offset
+        if self.end_offset - self.start_offset >= self.max_in_flight:
+            return -1
+        return self.end_offset
+
+    def next_lock_expiry(self) -> int | None:
+        """When the earliest acquisition lock expires (ms), None when nothing is acquired."""
+        times = [r.lock_expires_ms for r in self.in_flight.values() if r.state == RecordState.ACQUIRED]
+        return min(times) if times else None
+
     def _advance(self) -> None:
         while self.start_offset < self.end_offset and self.in_flight[self.start_offset].state in TERMINAL:
             del self.in_flight[self.start_offset]

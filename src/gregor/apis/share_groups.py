@@ -1,0 +1,85 @@
+"""ShareGroupHeartbeat (76) and ShareGroupDescribe (77): share-group membership (KIP-932), served
+and advertised when group.coordinator.rebalance.protocols lists ``share`` (the default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.apis.authorization import GROUP, Op, allowed, authorized_operations, denied_topics, enabled
+from gregor.apis.handler import RequestContext, handles
+from gregor.apis.metadata import GROUP_OPERATIONS, OMITTED
+from gregor.coordinator.group.share_group import ShareGroup
+from gregor.coordinator.group.share_group_manager import ShareHeartbeatRequest
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
+
+ASSIGNOR = "simple"  # KIP-932's share assignor (assignment/share.py)
+
+
+def _refused(code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+            "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
+
+
+@handles(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1, protocol="share")
+async def share_group_heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    names = req.subscribed_topic_names
+    if names and enabled(ctx) and denied_topics(ctx, Op.DESCRIBE, names):
+        # Kafka: a member may subscribe only to topics it may describe
+        return _refused(ErrorCode.topic_authorization_failed, "Topic authorization failed.")
+    hb = ShareHeartbeatRequest(group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
+                               client_id=ctx.header.client_id or "", client_host=f"/{ctx.client_host}",
+                               rack_id=req.rack_id, subscribed_topic_names=list(names) if names is not None else None)
+    try:
+        r = await ctx.groups.share_group_heartbeat(hb)
+    except KafkaError as e:
+        return _refused(e.code, e.message or None)
+    assignment = None
+    if r.assignment is not None:
+        assignment = {"topic_partitions": [{"topic_id": t, "partitions": sorted(ps)}
+                                           for t, ps in sorted(r.assignment.items(), key=lambda i: str(i[0]))]}
+    return {"throttle_time": 0, "error_code": r.error, "error_message": r.message, "member_id": r.member_id,
+            "member_epoch": r.member_epoch, "heartbeat_interval": r.heartbeat_interval_ms, "assignment": assignment}
+
+
+def _described(ctx: RequestContext, group_id: str, group: ShareGroup | None, ops: int) -> dict[str, Any]:
+    if group is None:
+        return _error(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.", ops)
+    names: dict[Any, str] = {}
+    for m in group.members.values():
+        for t in m.assigned:
+            if t not in names:
+                topic = ctx.topics.get_by_id(t)
+                names[t] = topic.name if topic is not None else ""
+    members = [{"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+                "client_id": m.client_id, "client_host": m.client_host,
+                "subscribed_topic_names": list(m.subscribed_topic_names),
+                "assignment": {"topic_partitions": [
+                    {"topic_id": t, "topic_name": names.get(t, ""), "partitions": sorted(ps)}
+                    for t, ps in sorted(m.assigned.items(), key=lambda i: names.get(i[0], ""))]}}
+               for m in sorted(group.members.values(), key=lambda m: m.member_id)]
+    return {"error_code": ErrorCode.none, "error_message": None, "group_id": group_id, "group_state": group.state,
+            "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch, "assignor_name": ASSIGNOR,
+            "members": members, "authorized_operations": ops}
+
+
+def _error(group_id: str, code: ErrorCode, message: str | None, ops: int) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "group_id": group_id, "group_state": "",
+            "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": [], "authorized_operations": ops}
+
+
+@handles(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1, protocol="share")
+async def share_group_describe(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    out = []
+    for group_id in req.group_ids:
+        ops = ((authorized_operations(ctx, GROUP, group_id) if enabled(ctx) else GROUP_OPERATIONS)
+               if req.include_authorized_operations else OMITTED)
+        if enabled(ctx) and not allowed(ctx, Op.DESCRIBE, GROUP, group_id):
+            out.append(_error(group_id, ErrorCode.group_authorization_failed, None, OMITTED))
+            continue
+        try:
+            out.append(_described(ctx, group_id, await ctx.groups.describe_share_group(group_id), ops))
+        except KafkaError as e:
+            out.append(_error(group_id, e.code, e.message or None, ops))
+    return {"throttle_time": 0, "groups": out}
+

@@ -1,0 +1,66 @@
+"""The share coordinator's APIs between brokers (KIP-932): ReadShareGroupState (84) and
+WriteShareGroupState (85), sent by share-partition leaders to the broker coordinating a
+share-partition's state (coordinator/share/persister.py). CLUSTER_ACTION, as Kafka."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gregor.apis.authorization import Op, cluster_allowed, enabled
+from gregor.apis.handler import RequestContext, handles
+from gregor.protocol.api_keys import ApiKey
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.share_state_records import PersistedBatch, SharePartitionKey
+
+NO_STATE_EPOCH = -1  # persister.py's answer for a share-partition without state
+
+
+def _refusal(ctx: RequestContext) -> ErrorCode:
+    if enabled(ctx) and not cluster_allowed(ctx, Op.CLUSTER_ACTION):
+        return ErrorCode.cluster_authorization_failed
+    return ErrorCode.none
+
+
+@handles(ApiKey.READ_SHARE_GROUP_STATE, 0, 0)
+async def read_share_group_state(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    refused = _refusal(ctx)
+    results = []
+    for t in req.topics:
+        partitions = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition": p.partition, "error_code": refused, "error_message": None,
+                                     "state_epoch": NO_STATE_EPOCH, "start_offset": -1, "state_batches": []}
+            if not refused:
+                try:
+                    state = await ctx.share_state.read(SharePartitionKey(req.group_id, t.topic_id, p.partition))
+                    if state is not None:
+                        entry.update(state_epoch=state.state_epoch, start_offset=state.start_offset, state_batches=[
+                            {"first_offset": b.first_offset, "last_offset": b.last_offset,
+                             "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
+                            for b in state.batches])
+                except KafkaError as e:
+                    entry.update(error_code=e.code, error_message=e.message)
+            partitions.append(entry)
+        results.append({"topic_id": t.topic_id, "partitions": partitions})
+    return {"results": results}
+
+
+@handles(ApiKey.WRITE_SHARE_GROUP_STATE, 0, 1)
+async def write_share_group_state(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    refused = _refusal(ctx)
+    results = []
+    for t in req.topics:
+        partitions = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition": p.partition, "error_code": refused, "error_message": None}
+            if not refused:
+                batches = [PersistedBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                           for b in p.state_batches]
+                try:
+                    await ctx.share_state.write(SharePartitionKey(req.group_id, t.topic_id, p.partition),
+                                                p.state_epoch, p.leader_epoch, p.start_offset, batches)
+                except KafkaError as e:
+                    entry.update(error_code=e.code, error_message=e.message)
+            partitions.append(entry)
+        results.append({"topic_id": t.topic_id, "partitions": partitions})
+    return {"results": results}

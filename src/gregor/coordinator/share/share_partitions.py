@@ -1,0 +1,272 @@
+"""The share-partitions this broker leads (Kafka's SharePartitionManager): for each (share group,
+topic-partition) led here, its delivery state (share_partition.py), loaded from the share
+coordinator on first use and written back through it (persister.py).
+
+- **Loading**: the stored state (start offset, in-flight batches; what was acquired comes back
+  available), or, for a share-partition that has none, a start at the log end
+  (``share.auto.offset.reset=latest``, the default) or the log start (``earliest``), written at
+  once so that a restart does not move it.
+- **Fetching** reads the log from the first offset that may be acquired (a redelivery, else the
+  end offset), up to the high watermark (the last stable offset with
+  ``share.isolation.level=read_committed``), acquires at most ``max_records`` offsets of what it
+  read for the member, and answers the whole batches that hold them (bytes as stored; the client
+  keeps the acquired offsets). Offsets of control batches are archived, never delivered.
+- **Acknowledging** applies ACCEPT / RELEASE / REJECT / RENEW / GAP to what the member holds,
+  then writes the state; the acknowledgement is answered once the write is replicated.
+- A member's share session closing releases what it still holds; an expired lock releases the
+  records for another delivery (after ``share.delivery.count.limit`` deliveries they are archived).
+- Losing the leadership of a partition drops its share-partitions here; the next leader loads
+  them from the share coordinator.
+
+Every share-partition has a lock: its fetches, acknowledgements and writes run one at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gregor.coordinator.share.persister import Persister
+from gregor.coordinator.share.share_partition import (
+    AcknowledgeType,
+    Acquired,
+    InvalidRecordState,
+    RecordState,
+    SharePartition,
+    StateBatch,
+)
+from gregor.protocol import record_batch as rb
+from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.share_state_records import PersistedBatch, SharePartitionKey
+
+log = logging.getLogger("gregor.coordinator.share")
+
+CONTROL_FLAG = 0x20  # the batch attribute of transaction markers
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Held:
+    """One share-partition led here."""
+
+    key: SharePartitionKey
+    topic: str
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    sp: SharePartition | None = None
+    state_epoch: int = 0
+    leader_epoch: int = -1
+    written: tuple[int, list[StateBatch]] | None = None  # what the share coordinator has
+
+
+@dataclass
+class FetchedPartition:
+    records: bytes = b""
+    acquired: list[Acquired] = field(default_factory=list)
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class ShareSettings:
+    record_lock_ms: int
+    delivery_count_limit: int
+    max_in_flight: int
+    auto_offset_reset: str
+    read_committed: bool
+
+
+class SharePartitionManager:
+    def __init__(self, logs: Any, replicas: Any, persister: Persister,
+                 settings: Callable[[str], ShareSettings], clock: Callable[[], int] = now_ms) -> None:
+        self.logs = logs
+        self.replicas = replicas
+        self.persister = persister
+        self.settings = settings
+        self.clock = clock
+        self.held: dict[tuple[str, str, int], Held] = {}
+        replicas.on_leadership.append(self.on_leadership)
+
+    def on_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool) -> None:
+        """A partition led elsewhere now (or led again at a new epoch): its share-partitions are
+        forgotten here, and loaded again from the share coordinator when fetched."""
+        for k in [k for k in self.held if k[1] == topic and k[2] == partition]:
+            del self.held[k]
+
+    # -- loading ------------------------------------------------------------------------------------
+    def _holder(self, group: str, topic: str, partition: int, topic_id: uuid.UUID) -> Held:
+        part = self.replicas.leader_partition(topic, partition)  # NOT_LEADER_OR_FOLLOWER, unknown partition
+        k = (group, topic, partition)
+        held = self.held.get(k)
+        if held is None or held.leader_epoch != part.leader_epoch:
+            held = self.held[k] = Held(SharePartitionKey(group, topic_id, partition), topic,
+                                       leader_epoch=part.leader_epoch)
+        return held
+
+    async def _load(self, held: Held, plog: Any) -> SharePartition:
+        if held.sp is not None:
+            return held.sp
+        s = self.settings(held.key.group)
+        params = {"record_lock_ms": s.record_lock_ms, "delivery_count_limit": s.delivery_count_limit,
+                  "max_in_flight": s.max_in_flight}
+        stored = await self.persister.read(held.key, held.leader_epoch)
+        if stored is not None:
+            batches = [StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
+                       for b in stored.batches]
+            sp = SharePartition.restore(max(stored.start_offset, 0), batches, **params)
+            held.state_epoch = stored.state_epoch
+            held.written = (sp.start_offset, sp.state_batches())
+        else:
+            start = plog.log_start_offset if s.auto_offset_reset == "earliest" else plog.high_watermark
+            sp = SharePartition(start, **params)
+            await self.persister.write(held.key, 0, held.leader_epoch, start, [])
+            held.written = (start, [])
+            log.info("share group %s starts %s-%d at offset %d (share.auto.offset.reset=%s)", held.key.group,
+                     held.topic, held.key.partition, start, s.auto_offset_reset)
+        sp.advance_start(plog.log_start_offset)
+        held.sp = sp
+        return sp
+
+    async def _persist(self, held: Held) -> None:
+        sp = held.sp
+        assert sp is not None
+        now = (sp.start_offset, sp.state_batches())
+        if now == held.written:
+            return
+        await self.persister.write(held.key, held.state_epoch, held.leader_epoch, now[0],
+                                   [PersistedBatch(b.first_offset, b.last_offset, int(b.state), b.delivery_count)
+                                    for b in now[1]])
+        held.written = now
+
+    # -- fetch -----------------------------------------------------------------------------------------
+    async def fetch(self, group: str, member: str, topic: str, partition: int, topic_id: uuid.UUID,
+                    max_records: int, max_bytes: int) -> FetchedPartition:
+        try:
+            held = self._holder(group, topic, partition, topic_id)
+            plog = self.logs.get(topic, partition)
+            if plog is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition)
+            async with held.lock:
+                sp = await self._load(held, plog)
+                return self._acquire(held, sp, plog, member, max_records, max_bytes)
+        except KafkaError as e:
+            return FetchedPartition(error=e.code, message=e.message)
+
+    def _acquire(self, held: Held, sp: SharePartition, plog: Any, member: str, max_records: int,
+                 max_bytes: int) -> FetchedPartition:
+        now = self.clock()
+        sp.expire(now)
+        sp.advance_start(plog.log_start_offset)
+        offset = sp.next_fetch_offset()
+        if offset < 0:
+            return FetchedPartition()
+        s = self.settings(held.key.group)
+        bound = plog.last_stable_offset if s.read_committed else plog.high_watermark
+        if offset >= bound:
+            return FetchedPartition()
+        res = plog.read(offset, max(max_bytes, 1), min_one_batch=True, max_offset=bound)
+        data = res.records
+        if not data:
+            return FetchedPartition()
+        headers = _headers(data)
+        if not headers:
+            return FetchedPartition()
+        acquired = sp.acquire(member, headers[-1].next_offset, max(max_records, 1), now)
+        # transaction markers are not records: archived at once, never delivered
+        controls = [(h.base_offset, h.last_offset) for h in headers if h.attributes & CONTROL_FLAG]
+        if controls and acquired:
+            gaps = [(max(a.first_offset, f), min(a.last_offset, last), AcknowledgeType.GAP)
+                    for a in acquired for f, last in controls if f <= a.last_offset and last >= a.first_offset]
+            if gaps:
+                sp.acknowledge(member, gaps, now)
+                acquired = _minus(acquired, [(f, last) for f, last, _ in gaps])
+        if not acquired:
+            return FetchedPartition()
+        wanted = [h for h in headers if not h.attributes & CONTROL_FLAG
+                  and any(a.first_offset <= h.last_offset and a.last_offset >= h.base_offset for a in acquired)]
+        mv = memoryview(data)
+        return FetchedPartition(b"".join(bytes(mv[h.position:h.position + h.size]) for h in wanted), acquired)
+
+    # -- acknowledge -----------------------------------------------------------------------------------
+    async def acknowledge(self, group: str, member: str, topic: str, partition: int, topic_id: uuid.UUID,
+                          batches: list[tuple[int, int, AcknowledgeType]]) -> tuple[ErrorCode, str | None]:
+        try:
+            held = self._holder(group, topic, partition, topic_id)
+            plog = self.logs.get(topic, partition)
+            if plog is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition)
+            async with held.lock:
+                sp = await self._load(held, plog)
+                try:
+                    sp.acknowledge(member, batches, self.clock())
+                except InvalidRecordState as e:
+                    return ErrorCode.invalid_record_state, str(e)
+                await self._persist(held)
+            return ErrorCode.none, None
+        except KafkaError as e:
+            return e.code, e.message
+
+    async def release_member(self, group: str, member: str, partitions: list[tuple[str, int]]) -> None:
+        """The member's share session ended: what it holds in these partitions is released."""
+        for topic, partition in partitions:
+            held = self.held.get((group, topic, partition))
+            if held is None or held.sp is None:
+                continue
+            async with held.lock:
+                if held.sp is not None and held.sp.release_member(member):
+                    try:
+                        await self._persist(held)
+                    except KafkaError as e:
+                        log.warning("share group %s %s-%d: writing the state after member %s left failed: %s",
+                                    group, topic, partition, member, e.message)
+
+    def next_expiry_ms(self, group: str, partitions: list[tuple[str, int]]) -> int | None:
+        times = []
+        for topic, partition in partitions:
+            held = self.held.get((group, topic, partition))
+            if held is not None and held.sp is not None and (t := held.sp.next_lock_expiry()) is not None:
+                times.append(t)
+        return min(times) if times else None
+
+    def views(self) -> list[tuple[str, str, int, SharePartition]]:
+        """(group, topic, partition, state) of every share-partition loaded here."""
+        return [(g, t, p, h.sp) for (g, t, p), h in sorted(self.held.items()) if h.sp is not None]
+
+
+def _headers(data: bytes) -> list[rb.BatchHeader]:
+    out = []
+    pos = 0
+    mv = memoryview(data)
+    while len(data) - pos >= rb.LOG_OVERHEAD:
+        h = rb.read_header(mv, pos)
+        if pos + h.size > len(data):
+            break
+        out.append(h)
+        pos += h.size
+    return out
+
+
+def _minus(acquired: list[Acquired], removed: list[tuple[int, int]]) -> list[Acquired]:
+    out: list[Acquired] = []
+    for a in acquired:
+        pieces = [(a.first_offset, a.last_offset)]
+        for f, last in removed:
+            nxt = []
+            for lo, hi in pieces:
+                if last < lo or f > hi:
+                    nxt.append((lo, hi))
+                    continue
+                if lo < f:
+                    nxt.append((lo, f - 1))
+                if hi > last:
+                    nxt.append((last + 1, hi))
+            pieces = nxt
+        out += [Acquired(lo, hi, a.delivery_count) for lo, hi in pieces]
+    return out
+

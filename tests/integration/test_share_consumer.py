@@ -1,0 +1,156 @@
+"""Share groups (KIP-932) with confluent-kafka's ShareConsumer (librdkafka) against a real
+broker: queue semantics over several consumers of one partition, RELEASE and REJECT, the
+delivery count limit, a lock that expires, and a broker SIGKILLed and restarted: what was
+acknowledged is never delivered again, what was not is."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the answer: it is the futures' handle
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    p = ck.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i, v in enumerate(values):
+        p.produce(topic, v.encode(), key=str(i).encode())
+    assert p.flush(30) == 0
+
+
+@contextmanager
+def share_consumer(bootstrap: str, group: str, topic: str, explicit: bool = False,
+                   max_records: int = 500) -> Iterator[ck.ShareConsumer]:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": max_records}
+    if explicit:
+        conf["share.acknowledgement.mode"] = "explicit"
+    c = ck.ShareConsumer(conf)
+    c.subscribe([topic])
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def poll_values(c: ck.ShareConsumer, until: float, want: int | None = None) -> list[ck.Message]:
+    out: list[ck.Message] = []
+    while time.monotonic() < until and (want is None or len(out) < want):
+        for m in c.poll(0.5):
+            assert m.error() is None, m.error()
+            out.append(m)
+    return out
+
+
+def start_group_at_earliest(broker: BrokerProcess, group: str) -> None:
+    """share.auto.offset.reset=earliest for the group (IncrementalAlterConfigs on GROUP)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([resource]).values():
+        f.result(30)
+
+
+def test_consumers_of_one_partition_share_its_records_each_delivered_once(broker_factory):
+    b = broker_factory()
+    create(b.bootstrap, "jobs")
+    start_group_at_earliest(b, "workers")
+    values = [f"job-{i}" for i in range(300)]
+    produce(b.bootstrap, "jobs", values)
+    seen: list[str] = []
+    with share_consumer(b.bootstrap, "workers", "jobs", max_records=20) as c1, \
+            share_consumer(b.bootstrap, "workers", "jobs", max_records=20) as c2:
+        deadline = time.monotonic() + 60
+        per = {1: 0, 2: 0}
+        while time.monotonic() < deadline and len(seen) < len(values):
+            for n, c in ((1, c1), (2, c2)):
+                msgs = [m for m in c.poll(0.3) if m.error() is None]
+                per[n] += len(msgs)
+                seen += [m.value().decode() for m in msgs]
+        c1.commit_sync()
+        c2.commit_sync()
+    assert sorted(seen) == sorted(values), "every record once, none twice"
+    assert per[1] > 0 and per[2] > 0, f"both consumers of the one partition got records: {per}"
+
+
+def test_release_redelivers_reject_does_not_and_the_limit_archives(broker_factory):
+    b = broker_factory(group_share_delivery_count_limit="3")
+    create(b.bootstrap, "tasks")
+    start_group_at_earliest(b, "g")
+    produce(b.bootstrap, "tasks", ["keep", "drop", "poison"])
+    counts: dict[str, list[int]] = {}
+    with share_consumer(b.bootstrap, "g", "tasks", explicit=True) as c:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            msgs = [m for m in c.poll(0.5) if m.error() is None]
+            for m in msgs:
+                v = m.value().decode()
+                counts.setdefault(v, []).append(m.delivery_count())
+                kind = {"keep": ck.AcknowledgeType.ACCEPT, "drop": ck.AcknowledgeType.REJECT,
+                        "poison": ck.AcknowledgeType.RELEASE}[v]
+                c.acknowledge(m, kind)
+            if msgs:
+                c.commit_sync()
+            if len(counts.get("poison", [])) >= 3 and time.monotonic() > deadline - 55:
+                if not [m for m in c.poll(2) if m.error() is None]:
+                    break
+    assert counts["keep"] == [1] and counts["drop"] == [1]
+    assert counts["poison"] == [1, 2, 3], "released records come back until the delivery count limit"
+
+
+def test_records_of_a_consumer_that_stops_come_back_after_the_lock(broker_factory):
+    b = broker_factory(group_share_record_lock_duration_ms="2000", group_share_min_record_lock_duration_ms="1000")
+    create(b.bootstrap, "q")
+    start_group_at_earliest(b, "g")
+    produce(b.bootstrap, "q", [f"r{i}" for i in range(20)])
+    stuck = ck.ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": "g",
+                              "share.acknowledgement.mode": "explicit"})
+    stuck.subscribe(["q"])
+    got = poll_values(stuck, time.monotonic() + 30, want=20)
+    assert len(got) == 20  # acquired, never acknowledged; the consumer hangs on to them
+    started = time.monotonic()
+    with share_consumer(b.bootstrap, "g", "q") as other:
+        again = poll_values(other, time.monotonic() + 30, want=20)
+        waited = time.monotonic() - started
+        other.commit_sync()
+    assert sorted(m.value().decode() for m in again) == sorted(f"r{i}" for i in range(20))
+    assert all(m.delivery_count() == 2 for m in again)
+    assert waited >= 1.0, "not before the lock expired"
+    stuck.close()
+
+
+def test_a_broker_killed_and_restarted_delivers_what_was_not_acknowledged_and_nothing_else(broker_factory):
+    b = broker_factory()
+    create(b.bootstrap, "orders", partitions=2)
+    start_group_at_earliest(b, "g")
+    values = [f"o{i}" for i in range(200)]
+    produce(b.bootstrap, "orders", values)
+    accepted: set[str] = set()
+    with share_consumer(b.bootstrap, "g", "orders", explicit=True) as c:
+        held = poll_values(c, time.monotonic() + 30, want=200)
+        for m in held[:120]:
+            c.acknowledge(m, ck.AcknowledgeType.ACCEPT)
+            accepted.add(m.value().decode())
+        c.commit_sync()  # answered once the state is written
+        b.kill()
+    b.start()
+    with share_consumer(b.bootstrap, "g", "orders") as c:
+        rest = poll_values(c, time.monotonic() + 60, want=len(values) - len(accepted))
+        extra = poll_values(c, time.monotonic() + 3)
+        c.commit_sync()
+    redelivered = [m.value().decode() for m in rest + extra]
+    assert not accepted & set(redelivered), "an acknowledged record was delivered again"
+    assert sorted(redelivered) == sorted(set(values) - accepted)
