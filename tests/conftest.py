@@ -112,18 +112,42 @@ def cluster_factory(tmp_path, zookeeper):
         cluster.kill_all()  # SIGKILL ends a paused broker too
 
 
+def pytest_configure(config):
+    """The controller of a ``--dist loadgroup`` run gives its workers a folder where each writes
+    the group of every test it collected (tests/support/xdist_scheduling.py reads it)."""
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") == "loadgroup":
+        from tests.support import xdist_scheduling
+
+        xdist_scheduling.prepare_group_folder()
+
+
+def test_group(item) -> str:
+    """A test module runs on one worker (its module fixtures are started once), and every test
+    that starts Spark runs on the same worker, one at a time: a Spark session per worker would be
+    three JVMs competing for the machine's cores."""
+    marker = item.get_closest_marker("xdist_group")
+    if marker is not None:
+        return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+    path = item.nodeid.split("::", 1)[0]
+    uses_spark = ("spark" in getattr(item, "fixturenames", ())
+                  or path.startswith(("tests/spark/", "tests/lagreport/")) or "lag_report" in path)
+    return "spark" if uses_spark else path
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``make test`` runs ``--dist loadgroup``): a test module runs on one
-    worker (its module fixtures start once), and every test that starts Spark runs on the same
-    worker, one at a time: a Spark session per worker would be three JVMs competing for the
-    machine's cores."""
+    """Under pytest-xdist (``make test`` runs ``--dist loadgroup``) each test's group (test_group)
+    is told to the controller's scheduler (tests/support/xdist_scheduling.py), and marked as
+    xdist_group for pytest versions where xdist's own marking still works."""
+    groups = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        path = item.nodeid.split("::", 1)[0]
-        uses_spark = ("spark" in getattr(item, "fixturenames", ())
-                      or path.startswith(("tests/spark/", "tests/lagreport/")) or "lag_report" in path)
-        item.add_marker(pytest.mark.xdist_group("spark" if uses_spark else path))
+        group = test_group(item)
+        groups[item.nodeid] = group
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):
+        from tests.support import xdist_scheduling
+
+        xdist_scheduling.write_groups(config.workerinput["workerid"], groups)
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)

@@ -9,7 +9,7 @@ import datetime
 import sys
 from typing import Any
 
-from gregor.admin import steering_cli
+from gregor.admin import share_groups_cli, steering_cli
 from gregor.admin.client import AdminClient, AdminError
 from gregor.admin.output import add_action, add_common_options, admin_client, emit
 from gregor.assignment import steering
@@ -251,6 +251,9 @@ def steering_line(summary: dict[str, Any]) -> str:
 
 
 def describe(admin: AdminClient, args: argparse.Namespace) -> int:
+    share_group = share_groups_cli.describe_share_group(admin, args.group)
+    if share_group is not None:
+        return share_groups_cli.describe(admin, args, share_group)
     consumer_group = _describe_consumer_group(admin, args.group)
     if consumer_group is not None:
         return describe_consumer_group(admin, args, consumer_group)

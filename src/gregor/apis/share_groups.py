@@ -1,8 +1,10 @@
-"""ShareGroupHeartbeat (76) and ShareGroupDescribe (77): share-group membership (KIP-932), served
-and advertised when group.coordinator.rebalance.protocols lists ``share`` (the default)."""
+"""ShareGroupHeartbeat (76), ShareGroupDescribe (77) and DescribeShareGroupOffsets (90): share-group
+membership and progress (KIP-932), served and advertised when group.coordinator.rebalance.protocols
+lists ``share`` (the default)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from gregor.apis.authorization import GROUP, Op, allowed, authorized_operations, denied_topics, enabled
@@ -83,3 +85,44 @@ async def share_group_describe(ctx: RequestContext, req: Any) -> dict[str, Any]:
             out.append(_error(group_id, e.code, e.message or None, ops))
     return {"throttle_time": 0, "groups": out}
 
+
+
+@handles(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1, protocol="share")
+async def describe_share_group_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """The share-partitions' start offsets (and, v1, lag) of share groups, from the share
+    coordinator: every partition the group initialised, or the topics asked for."""
+    out = []
+    for g in req.groups:
+        entry: dict[str, Any] = {"group_id": g.group_id, "topics": [], "error_code": ErrorCode.none,
+                                 "error_message": None}
+        out.append(entry)
+        if enabled(ctx) and not allowed(ctx, Op.DESCRIBE, GROUP, g.group_id):
+            entry["error_code"] = ErrorCode.group_authorization_failed
+            continue
+        try:
+            group = await ctx.groups.describe_share_group(g.group_id)
+        except KafkaError as e:
+            entry.update(error_code=e.code, error_message=e.message)
+            continue
+        if group is None:
+            entry.update(error_code=ErrorCode.group_id_not_found, error_message=f"Group {g.group_id} not found.")
+            continue
+        wanted: list[tuple[str, Any, list[int]]] = []
+        if g.topics is None:
+            for tid, (name, held) in sorted(group.initialized.items(), key=lambda i: i[1][0]):
+                wanted.append((name, tid, sorted(held)))
+        else:
+            for t in g.topics:
+                topic = ctx.topics.get(t.topic_name)
+                wanted.append((t.topic_name, topic.topic_id if topic is not None else None, list(t.partitions)))
+        for name, tid, ps in wanted:
+            if tid is None:
+                entry["topics"].append({"topic_name": name, "topic_id": uuid.UUID(int=0), "partitions": [
+                    {"partition_index": p, "start_offset": -1, "leader_epoch": -1, "lag": -1,
+                     "error_code": ErrorCode.unknown_topic_or_partition, "error_message": None} for p in ps]})
+                continue
+            answers = await ctx.shares.describe_offsets(g.group_id, [(name, p, tid) for p in ps])
+            entry["topics"].append({"topic_name": name, "topic_id": tid, "partitions": [
+                {"partition_index": p, "start_offset": start, "leader_epoch": epoch, "lag": lag, "error_code": code,
+                 "error_message": message} for p, (start, epoch, lag, code, message) in zip(ps, answers, strict=True)]})
+    return {"throttle_time": 0, "groups": out}

@@ -35,6 +35,7 @@ class StoredState:
     state_epoch: int
     start_offset: int
     batches: list[PersistedBatch]
+    leader_epoch: int = -1  # known when the state is read here (ReadShareGroupState does not carry it)
 
 
 class Persister:
@@ -81,7 +82,8 @@ class Persister:
     async def _read(self, node: int, key: SharePartitionKey, leader_epoch: int) -> StoredState | None:
         if node == self.cluster.node_id:
             state = await self.service.read(key)
-            return None if state is None else StoredState(state.state_epoch, state.start_offset, state.batches)
+            return None if state is None else StoredState(state.state_epoch, state.start_offset, state.batches,
+                                                          state.leader_epoch)
         body = {"group_id": key.group, "topics": [{"topic_id": key.topic_id, "partitions": [
             {"partition": key.partition, "leader_epoch": leader_epoch}]}]}
         response = await self._request(node, ApiKey.READ_SHARE_GROUP_STATE, READ_VERSION, body)

@@ -20,6 +20,7 @@ from gregor.coordinator.share.share_partition import AcknowledgeType
 from gregor.coordinator.share.share_partitions import FetchedPartition, SharePartitionManager, ShareSettings
 from gregor.coordinator.share.share_sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, ShareSessions
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.share_state_records import SharePartitionKey
 
 log = logging.getLogger("gregor.coordinator.share")
 
@@ -88,6 +89,31 @@ class ShareService:
         for task in list(self._tasks):
             task.cancel()
         await self.partitions.persister.close()
+
+    async def describe_offsets(self, group: str, partitions: list[tuple[str, int, uuid.UUID]]
+                               ) -> list[tuple[int, int, int, ErrorCode, str | None]]:
+        """(start offset, leader epoch, lag, error, message) of each share-partition as stored;
+        start offset -1 for one without state. The lag (KIP-1226) is the records from the start
+        offset to the high watermark whose delivery is not complete, when this broker hosts the
+        partition (-1 otherwise)."""
+        out: list[tuple[int, int, int, ErrorCode, str | None]] = []
+        for topic, partition, topic_id in partitions:
+            try:
+                stored = await self.partitions.persister.read(SharePartitionKey(group, topic_id, partition), -1)
+            except KafkaError as e:
+                out.append((-1, -1, -1, e.code, e.message))
+                continue
+            if stored is None:
+                out.append((-1, -1, -1, ErrorCode.none, None))
+                continue
+            plog = self.partitions.logs.get(topic, partition)
+            lag = -1
+            if plog is not None:
+                done = sum(b.last_offset - b.first_offset + 1 for b in stored.batches
+                           if b.delivery_state in (2, 4) and b.first_offset >= stored.start_offset)
+                lag = max(plog.high_watermark - stored.start_offset - done, 0)
+            out.append((stored.start_offset, stored.leader_epoch, lag, ErrorCode.none, None))
+        return out
 
     def connection_token(self, state: dict[Any, Any]) -> object:
         token = state.get(_SessionEnds)
