@@ -31,12 +31,13 @@ from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import Topic, TopicRegistry, validate_topic_name
 from gregor.protocol.consumer_offsets import OFFSETS_TOPIC
 from gregor.protocol.errors import ErrorCode, KafkaError
+from gregor.protocol.share_state_records import SHARE_STATE_TOPIC
 from gregor.protocol.telemetry_records import TELEMETRY_TOPIC
 from gregor.protocol.transaction_log import TRANSACTION_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
-INTERNAL_TOPICS = {OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC}
+INTERNAL_TOPICS = {OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_STATE_TOPIC}
 
 
 class ZkTopicAdmin(TopicAdmin):
@@ -171,6 +172,8 @@ class ZkTopicAdmin(TopicAdmin):
         rf = self.config["offsets.topic.replication.factor"] if name == OFFSETS_TOPIC else -1
         if name == TRANSACTION_STATE_TOPIC:
             rf = self.config["transaction.state.log.replication.factor"]
+        if name == SHARE_STATE_TOPIC:
+            rf = self.config["share.coordinator.state.topic.replication.factor"]
         if name == TELEMETRY_TOPIC:  # replicated like the offsets topic, as far as the brokers allow
             rf = max(1, min(self.config["offsets.topic.replication.factor"], len(self.metadata.brokers())))
         assignment, strs = self._plan(name, partitions, rf, None, configs)

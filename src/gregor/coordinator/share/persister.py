@@ -39,7 +39,7 @@ class StoredState:
 
 
 class Persister:
-    def __init__(self, service: ShareStateService, cluster: ClusterMetadata, deadline_s: float = 30.0) -> None:
+    def __init__(self, service: ShareStateService, cluster: ClusterMetadata, deadline_s: float = 10.0) -> None:
         self.service = service
         self.cluster = cluster
         self.deadline_s = deadline_s

@@ -46,6 +46,8 @@ from gregor.protocol.share_state_records import PersistedBatch, SharePartitionKe
 log = logging.getLogger("gregor.coordinator.share")
 
 CONTROL_FLAG = 0x20  # the batch attribute of transaction markers
+STATE_UNAVAILABLE = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+                               ErrorCode.coordinator_load_in_progress})
 
 
 def now_ms() -> int:
@@ -156,6 +158,12 @@ class SharePartitionManager:
                 sp = await self._load(held, plog)
                 return self._acquire(held, sp, plog, member, max_records, max_bytes)
         except KafkaError as e:
+            if e.code in STATE_UNAVAILABLE:
+                # the share coordinator cannot answer yet (its topic is being created, its leader
+                # moves, its ISR is short): nothing is delivered now, the consumer fetches again
+                log.warning("share group %s %s-%d: the share-partition state is not available (%s); nothing "
+                            "is delivered until it is", group, topic, partition, e.message or e.code.name)
+                return FetchedPartition()
             return FetchedPartition(error=e.code, message=e.message)
 
     def _acquire(self, held: Held, sp: SharePartition, plog: Any, member: str, max_records: int,
