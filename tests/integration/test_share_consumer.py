@@ -141,3 +141,31 @@ def test_gregor_groups_lists_describes_and_deletes_a_share_group(broker_factory,
     assert "deleted" in capsys.readouterr().out
     assert main(["groups", "list", "--bootstrap-server", b.bootstrap, "--json"]) == 0
     assert "crew" not in {g["group"] for g in json.loads(capsys.readouterr().out)}
+
+
+def test_read_committed_share_group_never_sees_aborted_records(broker_factory):
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    b = broker_factory()
+    create(b.bootstrap, "ledger")
+    start_group_at_earliest(b, "auditors")
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, "auditors", incremental_configs=[
+        ConfigEntry("share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([resource]).values():
+        f.result(30)
+    p = ck.Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "ledger-1"})
+    p.init_transactions(30)
+    for t in range(6):
+        p.begin_transaction()
+        for i in range(5):
+            p.produce("ledger", f"{t}:{i}".encode())
+        if t % 2:
+            p.abort_transaction(30)
+        else:
+            p.commit_transaction(30)
+    with share_consumer(b.bootstrap, "auditors", "ledger") as c:
+        got = poll_values(c, time.monotonic() + 30, want=15)
+        got += poll_values(c, time.monotonic() + 2)
+        c.commit_sync()
+    assert sorted(m.value().decode() for m in got) == sorted(f"{t}:{i}" for t in (0, 2, 4) for i in range(5))

@@ -46,6 +46,7 @@ from gregor.protocol.share_state_records import PersistedBatch, SharePartitionKe
 log = logging.getLogger("gregor.coordinator.share")
 
 CONTROL_FLAG = 0x20  # the batch attribute of transaction markers
+TRANSACTIONAL_FLAG = 0x10
 STATE_UNAVAILABLE = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                                ErrorCode.coordinator_load_in_progress})
 
@@ -186,8 +187,11 @@ class SharePartitionManager:
         if not headers:
             return FetchedPartition()
         acquired = sp.acquire(member, headers[-1].next_offset, max(max_records, 1), now)
-        # transaction markers are not records: archived at once, never delivered
+        # transaction markers are not records, and a read_committed group never sees an aborted
+        # transaction's: both archived at once, never delivered
         controls = [(h.base_offset, h.last_offset) for h in headers if h.attributes & CONTROL_FLAG]
+        if s.read_committed:
+            controls += _aborted(headers, plog.aborted_transactions(offset, headers[-1].next_offset))
         if controls and acquired:
             gaps = [(max(a.first_offset, f), min(a.last_offset, last), AcknowledgeType.GAP)
                     for a in acquired for f, last in controls if f <= a.last_offset and last >= a.first_offset]
@@ -245,6 +249,25 @@ class SharePartitionManager:
     def views(self) -> list[tuple[str, str, int, SharePartition]]:
         """(group, topic, partition, state) of every share-partition loaded here."""
         return [(g, t, p, h.sp) for (g, t, p), h in sorted(self.held.items()) if h.sp is not None]
+
+
+def _aborted(headers: list[rb.BatchHeader], aborted: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The offset ranges of the transactional batches of aborted transactions (Kafka's consumer
+    does the same walk): a producer's transaction is aborted from its first offset until its
+    marker."""
+    starts = sorted((first, pid) for pid, first in aborted)
+    active: set[int] = set()
+    i = 0
+    out = []
+    for h in headers:
+        while i < len(starts) and starts[i][0] <= h.base_offset:
+            active.add(starts[i][1])
+            i += 1
+        if h.attributes & CONTROL_FLAG:
+            active.discard(h.producer_id)
+        elif h.attributes & TRANSACTIONAL_FLAG and h.producer_id in active:
+            out.append((h.base_offset, h.last_offset))
+    return out
 
 
 def _headers(data: bytes) -> list[rb.BatchHeader]:
