@@ -11,6 +11,8 @@ import time
 import confluent_kafka as ck
 import pytest
 
+from tests.support.broker_process import free_port
+from tests.support.metrics_scrape import scrape
 from tests.support.share_clients import create, poll_values, produce, share_consumer, start_group_at_earliest
 
 pytestmark = pytest.mark.timeout(240)
@@ -39,7 +41,8 @@ def test_consumers_of_one_partition_share_its_records_each_delivered_once(broker
 
 
 def test_release_redelivers_reject_does_not_and_the_limit_archives(broker_factory):
-    b = broker_factory(group_share_delivery_count_limit="3")
+    port = free_port()
+    b = broker_factory(group_share_delivery_count_limit="3", **{"metrics.listener": f"http://127.0.0.1:{port}"})
     create(b.bootstrap, "tasks")
     start_group_at_earliest(b, "g")
     produce(b.bootstrap, "tasks", ["keep", "drop", "poison"])
@@ -64,6 +67,18 @@ def test_release_redelivers_reject_does_not_and_the_limit_archives(broker_factor
                     break  # three seconds without a delivery after the third: archived
     assert counts["keep"] == [1] and counts["drop"] == [1]
     assert counts["poison"] == [1, 2, 3], "released records come back until the delivery count limit"
+    _, samples = scrape(port)
+
+    def metric(name: str, **labels: str) -> float:
+        want = {"group": "g", "topic": "tasks", "partition": "0", **labels}
+        return sum(v for ls, v in samples.get(name, []) if all(ls.get(k) == x for k, x in want.items()))
+
+    assert metric("gregor_share_partition_acquired_total") == 5
+    assert metric("gregor_share_partition_redelivered_total") == 2
+    assert metric("gregor_share_partition_accepted_total") == 1 and metric("gregor_share_partition_rejected_total") == 1
+    assert metric("gregor_share_partition_released_total") == 3
+    assert metric("gregor_share_partition_archived_at_limit_total") == 1
+    assert metric("gregor_share_partition_start_offset") == 3 and metric("gregor_share_partition_lag") == 0
 
 
 def test_records_of_a_consumer_that_stops_come_back_after_the_lock(broker_factory):

@@ -29,6 +29,7 @@ from gregor.coordinator.transaction.views import TransactionViews
 from gregor.log.log_manager import LogManager
 from gregor.log.topic_registry import TopicRegistry
 from gregor.metrics.registry import BrokerMetrics
+from gregor.metrics.share_groups import ShareMetrics
 from gregor.metrics.telemetry import LeaderSink, TelemetryWriter
 from gregor.metrics.transactions import TransactionMetrics
 from gregor.replication.single_node import SingleNodeReplicas
@@ -101,6 +102,8 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
     share_state = ShareStateService(config, registry, logs, topics.create_topic, cluster, replicas,
                                     replication_factor=share_replication_factor)
     shares = _share_delivery(config, logs, replicas, share_state, cluster, dynamic_configs)
+    if metrics is not None:
+        metrics.shares = ShareMetrics(shares.partitions.views, lambda t, p: _high_watermark(logs, t, p))
     acl_store: AclStore | None = None
     if config["authorizer.class.name"]:
         authorizer = Authorizer(parse_super_users(config["super.users"]), config["allow.everyone.if.no.acl.found"])
@@ -113,6 +116,11 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
                         share_state=share_state)
     return BrokerParts(config, registry, logs, cluster, topics, replicas, producer_ids, dynamic_configs, groups,
                        metrics, telemetry, services, membership, transactions, share_state, shares)
+
+
+def _high_watermark(logs: LogManager, topic: str, partition: int) -> int | None:
+    plog = logs.get(topic, partition)
+    return plog.high_watermark if plog is not None else None
 
 
 def _share_delivery(config: BrokerConfig, logs: LogManager, replicas: Any, share_state: ShareStateService,

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from gregor.coordinator.group.api import CommittedOffset, GroupPhase, GroupSteering, GroupSummary
 from gregor.metrics.attribution import ConnectionTally, GroupAttribution, MembersView
+from gregor.metrics.share_groups import ShareMetrics
 from gregor.metrics.time_lag import OffsetHistory
 from gregor.metrics.transactions import TransactionMetrics
 from gregor.protocol.api_keys import ApiKey
@@ -51,6 +52,7 @@ class BrokerMetrics(Collector):
         self.logs = logs
         self.connections = connections
         self.transactions = transactions
+        self.shares: ShareMetrics | None = None  # set once share delivery is built (metrics/share_groups.py)
         self.attribution = GroupAttribution(groups)
         self.requests: dict[int, list[float]] = {}  # api key -> [count, seconds]
         self.history = OffsetHistory()
@@ -214,3 +216,5 @@ class BrokerMetrics(Collector):
         yield loads
         if self.transactions is not None:
             yield from self.transactions.collect()
+        if self.shares is not None:
+            yield from self.shares.collect()

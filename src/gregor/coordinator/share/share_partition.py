@@ -44,6 +44,7 @@ class AcknowledgeType(enum.IntEnum):  # ShareAcknowledge / ShareFetch acknowledg
 
 
 TERMINAL = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+STATS = ("acquired", "redelivered", "accepted", "released", "rejected", "archived_at_limit", "lock_timeouts")
 _KINDS = frozenset(int(k) for k in AcknowledgeType)
 
 
@@ -85,6 +86,8 @@ class SharePartition:
         self.delivery_count_limit = delivery_count_limit
         self.max_in_flight = max_in_flight
         self.in_flight: dict[int, InFlight] = {}  # offset -> state, for start_offset <= offset < end_offset
+        # what happened to records here since the share-partition was loaded (metrics), by STATS' names
+        self.stats = dict.fromkeys(STATS, 0)
 
     # -- restore ---------------------------------------------------------------------------------
     @classmethod
@@ -129,6 +132,9 @@ class SharePartition:
         return _ranges(out)
 
     def _take(self, offset: int, r: InFlight, member: str, now_ms: int) -> None:
+        self.stats["acquired"] += 1
+        if r.delivery_count:
+            self.stats["redelivered"] += 1
         r.state = RecordState.ACQUIRED
         r.member = member
         r.delivery_count += 1
@@ -152,10 +158,13 @@ class SharePartition:
             for offset in range(first, last + 1):
                 r = self.in_flight[offset]
                 if kind == AcknowledgeType.ACCEPT:
+                    self.stats["accepted"] += 1
                     self._settle(r, RecordState.ACKNOWLEDGED)
                 elif kind in (AcknowledgeType.REJECT, AcknowledgeType.GAP):
+                    self.stats["rejected"] += kind == AcknowledgeType.REJECT
                     self._settle(r, RecordState.ARCHIVED)
                 elif kind == AcknowledgeType.RELEASE:
+                    self.stats["released"] += 1
                     self._release(r)
                 else:  # RENEW
                     r.lock_expires_ms = now_ms + self.record_lock_ms
@@ -166,6 +175,8 @@ class SharePartition:
 
     def _release(self, r: InFlight) -> None:
         """Back to AVAILABLE, or ARCHIVED once delivered ``delivery_count_limit`` times."""
+        if r.delivery_count >= self.delivery_count_limit:
+            self.stats["archived_at_limit"] += 1
         self._settle(r, RecordState.ARCHIVED if r.delivery_count >= self.delivery_count_limit
                      else RecordState.AVAILABLE)
 
@@ -177,6 +188,7 @@ class SharePartition:
             if r.state == RecordState.ACQUIRED and r.lock_expires_ms <= now_ms:
                 self._release(r)
                 n += 1
+        self.stats["lock_timeouts"] += n
         if n:
             self._advance()
         return n
