@@ -47,6 +47,7 @@ log = logging.getLogger("gregor.coordinator.share")
 
 CONTROL_FLAG = 0x20  # the batch attribute of transaction markers
 TRANSACTIONAL_FLAG = 0x10
+READ_MIN_BYTES = 64 * 1024
 STATE_UNAVAILABLE = frozenset({ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
                                ErrorCode.coordinator_load_in_progress})
 
@@ -66,6 +67,7 @@ class Held:
     state_epoch: int = 0
     leader_epoch: int = -1
     written: tuple[int, list[StateBatch]] | None = None  # what the share coordinator has
+    bytes_per_record: float = 1024.0  # of what was read here: how much to read for max_records
 
 
 @dataclass
@@ -179,13 +181,18 @@ class SharePartitionManager:
         bound = plog.last_stable_offset if s.read_committed else plog.high_watermark
         if offset >= bound:
             return FetchedPartition()
-        res = plog.read(offset, max(max_bytes, 1), min_one_batch=True, max_offset=bound)
+        # read about what max_records needs (a fetch may allow 50 MB for 500 records)
+        want = int(min(max(max_bytes, 1), max(READ_MIN_BYTES, max_records * held.bytes_per_record * 1.25)))
+        res = plog.read(offset, want, min_one_batch=True, max_offset=bound)
         data = res.records
         if not data:
             return FetchedPartition()
         headers = _headers(data)
         if not headers:
             return FetchedPartition()
+        read_records = headers[-1].next_offset - headers[0].base_offset
+        if read_records > 0:
+            held.bytes_per_record = 0.7 * held.bytes_per_record + 0.3 * (len(data) / read_records)
         acquired = sp.acquire(member, headers[-1].next_offset, max(max_records, 1), now)
         # transaction markers are not records, and a read_committed group never sees an aborted
         # transaction's: both archived at once, never delivered
