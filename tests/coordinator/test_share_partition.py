@@ -10,6 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from gregor.coordinator.share import share_partition
 from gregor.coordinator.share.share_partition import (
     AcknowledgeType,
     Acquired,
@@ -132,6 +133,23 @@ ops = st.lists(st.tuples(st.sampled_from(["acquire", "ack", "advance", "leave", 
                   ("leave", "a", 1, ACCEPT), ("acquire", "a", 1, ACCEPT), ("restart", "a", 1, ACCEPT),
                   ("acquire", "a", 1, ACCEPT)])
 def test_random_histories_never_acknowledge_twice_nor_lose_a_record(history):
+    run_history(history)
+
+
+@settings(max_examples=200, deadline=None)
+@given(history=ops)
+def test_random_histories_with_runs_joined_at_every_step(history):
+    """The same property with neighbouring runs joined after every change (the share-partition
+    joins them only past COALESCE_ABOVE runs)."""
+    saved = share_partition.COALESCE_ABOVE
+    share_partition.COALESCE_ABOVE = 0
+    try:
+        run_history(history)
+    finally:
+        share_partition.COALESCE_ABOVE = saved
+
+
+def run_history(history) -> None:  # type: ignore[no-untyped-def]
     limit = 3
     p = SharePartition(0, record_lock_ms=50, delivery_count_limit=limit, max_in_flight=8)
     now, log_end = 0, 5
@@ -180,3 +198,16 @@ def test_random_histories_never_acknowledge_twice_nor_lose_a_record(history):
             p.acknowledge("z", [(a.first_offset, a.last_offset, ACCEPT)], now)
             accepted.update(range(a.first_offset, a.last_offset + 1))
     assert p.start_offset == log_end and p.in_flight == {}
+
+
+def test_records_deleted_from_the_log_leave_the_window():
+    p = sp()
+    p.acquire("a", 110, 10, 0)
+    p.advance_start(105)  # retention deleted 100-104
+    assert (p.start_offset, p.end_offset) == (105, 110)
+    with pytest.raises(InvalidRecordState):
+        p.acknowledge("a", [(102, 102, ACCEPT)], 0)
+    p.acknowledge("a", [(105, 109, ACCEPT)], 0)
+    assert p.start_offset == 110
+    p.advance_start(200)  # past everything: nothing in flight, the next fetch starts there
+    assert (p.start_offset, p.end_offset, p.next_fetch_offset()) == (200, 200, 200)

@@ -24,6 +24,7 @@ leader move what was not acknowledged is delivered again, what was is not)."""
 
 from __future__ import annotations
 
+import bisect
 import enum
 from dataclasses import dataclass
 
@@ -44,6 +45,7 @@ class AcknowledgeType(enum.IntEnum):  # ShareAcknowledge / ShareFetch acknowledg
 
 
 TERMINAL = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+COALESCE_ABOVE = 64  # runs; past that, neighbours in the same state are joined again
 STATS = ("acquired", "redelivered", "accepted", "released", "rejected", "archived_at_limit", "lock_timeouts")
 _KINDS = frozenset(int(k) for k in AcknowledgeType)
 
@@ -58,6 +60,23 @@ class InFlight:
     delivery_count: int = 0
     member: str | None = None
     lock_expires_ms: int = 0
+
+
+@dataclass(slots=True)
+class Run:
+    """Consecutive in-flight offsets in one state: the unit everything works on, so that a fetch
+    of a thousand records costs one run, not a thousand entries. Split only where an
+    acknowledgement or an acquisition cuts it."""
+
+    first: int
+    last: int
+    state: RecordState
+    delivery_count: int = 0
+    member: str | None = None
+    lock_expires_ms: int = 0
+
+    def piece(self, first: int, last: int) -> Run:
+        return Run(first, last, self.state, self.delivery_count, self.member, self.lock_expires_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,56 +104,101 @@ class SharePartition:
         self.record_lock_ms = record_lock_ms
         self.delivery_count_limit = delivery_count_limit
         self.max_in_flight = max_in_flight
-        self.in_flight: dict[int, InFlight] = {}  # offset -> state, for start_offset <= offset < end_offset
+        # the in-flight offsets [start_offset, end_offset) as runs, in order, without holes
+        self.runs: list[Run] = []
         # what happened to records here since the share-partition was loaded (metrics), by STATS' names
         self.stats = dict.fromkeys(STATS, 0)
+
+    @property
+    def in_flight(self) -> dict[int, InFlight]:
+        """Offset by offset (for tests and views; the work is done on runs)."""
+        return {o: InFlight(r.state, r.delivery_count, r.member, r.lock_expires_ms)
+                for r in self.runs for o in range(r.first, r.last + 1)}
 
     # -- restore ---------------------------------------------------------------------------------
     @classmethod
     def restore(cls, start_offset: int, batches: list[StateBatch], **settings: int) -> SharePartition:
         """From persisted state: what was ACQUIRED comes back AVAILABLE."""
         sp = cls(start_offset, **settings)
-        for b in batches:
-            for offset in range(max(b.first_offset, start_offset), b.last_offset + 1):
-                state = RecordState.AVAILABLE if b.state == RecordState.ACQUIRED else b.state
-                if state == RecordState.AVAILABLE and b.delivery_count >= sp.delivery_count_limit:
-                    state = RecordState.ARCHIVED  # delivered as often as allowed (its lock ended with the leader)
-                sp.in_flight[offset] = InFlight(state, b.delivery_count)
-                sp.end_offset = max(sp.end_offset, offset + 1)
-        for offset in range(start_offset, sp.end_offset):  # holes: offsets never handed out are available
-            sp.in_flight.setdefault(offset, InFlight(RecordState.AVAILABLE))
+        at = start_offset
+        for b in sorted(batches, key=lambda b: b.first_offset):
+            first = max(b.first_offset, at)
+            if first > b.last_offset:
+                continue
+            if first > at:  # a hole: offsets never handed out are available
+                sp.runs.append(Run(at, first - 1, RecordState.AVAILABLE))
+            state = RecordState.AVAILABLE if b.state == RecordState.ACQUIRED else b.state
+            if state == RecordState.AVAILABLE and b.delivery_count >= sp.delivery_count_limit:
+                state = RecordState.ARCHIVED  # delivered as often as allowed (its lock ended with the leader)
+            sp.runs.append(Run(first, b.last_offset, state, b.delivery_count))
+            at = b.last_offset + 1
+        sp.end_offset = at
         sp._advance()
         return sp
+
+    # -- finding and cutting runs -------------------------------------------------------------------
+    def _index(self, offset: int) -> int:
+        """The index of the run holding ``offset`` (which must be in flight)."""
+        return bisect.bisect_right(self.runs, offset, key=lambda r: r.first) - 1
+
+    def _cut(self, offset: int) -> None:
+        """Make ``offset`` the first of a run (if in flight)."""
+        if not self.start_offset < offset < self.end_offset:
+            return
+        i = self._index(offset)
+        r = self.runs[i]
+        if r.first != offset:
+            self.runs[i:i + 1] = [r.piece(r.first, offset - 1), r.piece(offset, r.last)]
+
+    def _span(self, first: int, last: int) -> list[Run]:
+        """The runs exactly covering [first, last] (cut at both ends; both in flight)."""
+        self._cut(first)
+        self._cut(last + 1)
+        i = self._index(first)
+        j = self._index(last)
+        return self.runs[i:j + 1]
 
     # -- acquire ---------------------------------------------------------------------------------
     def acquire(self, member: str, log_end: int, max_records: int, now_ms: int) -> list[Acquired]:
         """Hand ``member`` up to ``max_records`` offsets below ``log_end`` (the end of what its
         fetch read): AVAILABLE in-flight offsets first, then new ones from the SPEO."""
         self.expire(now_ms)
-        out: list[tuple[int, int]] = []
-        for offset in range(self.start_offset, self.end_offset):
-            if len(out) >= max_records:
+        out: list[Acquired] = []
+        left = max_records
+        i = 0
+        while i < len(self.runs) and left > 0:
+            r = self.runs[i]
+            if r.first >= log_end:
                 break
-            r = self.in_flight[offset]
-            if r.state == RecordState.AVAILABLE and offset < log_end:
+            if r.state == RecordState.AVAILABLE:
                 if r.delivery_count >= self.delivery_count_limit:  # never past the limit
+                    self.stats["archived_at_limit"] += r.last - r.first + 1
                     self._settle(r, RecordState.ARCHIVED)
-                    continue
-                self._take(offset, r, member, now_ms)
-                out.append((offset, r.delivery_count))
-        while (len(out) < max_records and self.end_offset < log_end
-               and self.end_offset - self.start_offset < self.max_in_flight):
-            r = self.in_flight[self.end_offset] = InFlight(RecordState.AVAILABLE)
-            self._take(self.end_offset, r, member, now_ms)
-            out.append((self.end_offset, r.delivery_count))
-            self.end_offset += 1
+                else:
+                    last = min(r.last, log_end - 1, r.first + left - 1)
+                    if last < r.last:
+                        self.runs[i:i + 1] = [r.piece(r.first, last), r.piece(last + 1, r.last)]
+                        r = self.runs[i]
+                    self._take(r, member, now_ms)
+                    out.append(Acquired(r.first, r.last, r.delivery_count))
+                    left -= r.last - r.first + 1
+            i += 1
+        room = self.max_in_flight - (self.end_offset - self.start_offset)
+        n = min(left, log_end - self.end_offset, room)
+        if n > 0:
+            r = Run(self.end_offset, self.end_offset + n - 1, RecordState.AVAILABLE)
+            self.runs.append(r)
+            self._take(r, member, now_ms)
+            out.append(Acquired(r.first, r.last, r.delivery_count))
+            self.end_offset += n
         self._advance()
-        return _ranges(out)
+        return _merged(out)
 
-    def _take(self, offset: int, r: InFlight, member: str, now_ms: int) -> None:
-        self.stats["acquired"] += 1
+    def _take(self, r: Run, member: str, now_ms: int) -> None:
+        n = r.last - r.first + 1
+        self.stats["acquired"] += n
         if r.delivery_count:
-            self.stats["redelivered"] += 1
+            self.stats["redelivered"] += n
         r.state = RecordState.ACQUIRED
         r.member = member
         r.delivery_count += 1
@@ -150,56 +214,60 @@ class SharePartition:
                 raise InvalidRecordState(f"batch {first}-{last}: the first offset is after the last")
             if kind not in _KINDS:
                 raise InvalidRecordState(f"unknown acknowledgement type {kind}")
-            for offset in range(first, last + 1):
-                r = self.in_flight.get(offset)
-                if r is None or r.state != RecordState.ACQUIRED or r.member != member:
-                    raise InvalidRecordState(f"offset {offset} is not acquired by {member}")
+            if first < self.start_offset or last >= self.end_offset:
+                raise InvalidRecordState(f"offsets {first}-{last} are not in flight")
+            for i in range(self._index(first), self._index(last) + 1):
+                r = self.runs[i]
+                if r.state != RecordState.ACQUIRED or r.member != member:
+                    raise InvalidRecordState(f"offset {max(r.first, first)} is not acquired by {member}")
         for first, last, kind in batches:
-            for offset in range(first, last + 1):
-                r = self.in_flight[offset]
+            for r in self._span(first, last):
+                n = r.last - r.first + 1
                 if kind == AcknowledgeType.ACCEPT:
-                    self.stats["accepted"] += 1
+                    self.stats["accepted"] += n
                     self._settle(r, RecordState.ACKNOWLEDGED)
                 elif kind in (AcknowledgeType.REJECT, AcknowledgeType.GAP):
-                    self.stats["rejected"] += kind == AcknowledgeType.REJECT
+                    if kind == AcknowledgeType.REJECT:
+                        self.stats["rejected"] += n
                     self._settle(r, RecordState.ARCHIVED)
                 elif kind == AcknowledgeType.RELEASE:
-                    self.stats["released"] += 1
+                    self.stats["released"] += n
                     self._release(r)
                 else:  # RENEW
                     r.lock_expires_ms = now_ms + self.record_lock_ms
         self._advance()
 
-    def _settle(self, r: InFlight, state: RecordState) -> None:
+    def _settle(self, r: Run, state: RecordState) -> None:
         r.state, r.member, r.lock_expires_ms = state, None, 0
 
-    def _release(self, r: InFlight) -> None:
+    def _release(self, r: Run) -> None:
         """Back to AVAILABLE, or ARCHIVED once delivered ``delivery_count_limit`` times."""
         if r.delivery_count >= self.delivery_count_limit:
-            self.stats["archived_at_limit"] += 1
-        self._settle(r, RecordState.ARCHIVED if r.delivery_count >= self.delivery_count_limit
-                     else RecordState.AVAILABLE)
+            self.stats["archived_at_limit"] += r.last - r.first + 1
+            self._settle(r, RecordState.ARCHIVED)
+        else:
+            self._settle(r, RecordState.AVAILABLE)
 
     # -- locks and members -----------------------------------------------------------------------
     def expire(self, now_ms: int) -> int:
         """Release every record whose acquisition lock expired; returns how many."""
         n = 0
-        for r in self.in_flight.values():
+        for r in self.runs:
             if r.state == RecordState.ACQUIRED and r.lock_expires_ms <= now_ms:
                 self._release(r)
-                n += 1
-        self.stats["lock_timeouts"] += n
+                n += r.last - r.first + 1
         if n:
+            self.stats["lock_timeouts"] += n
             self._advance()
         return n
 
     def release_member(self, member: str) -> int:
         """The member left (or its share session closed): its records are released."""
         n = 0
-        for r in self.in_flight.values():
+        for r in self.runs:
             if r.state == RecordState.ACQUIRED and r.member == member:
                 self._release(r)
-                n += 1
+                n += r.last - r.first + 1
         if n:
             self._advance()
         return n
@@ -209,63 +277,82 @@ class SharePartition:
         what is no longer in the log cannot be delivered and leaves the in-flight window."""
         if log_start <= self.start_offset:
             return
-        for offset in range(self.start_offset, min(log_start, self.end_offset)):
-            del self.in_flight[offset]
+        if log_start >= self.end_offset:
+            self.runs = []
+            self.start_offset = self.end_offset = log_start
+            return
+        self._cut(log_start)
+        self.runs = self.runs[self._index(log_start):]
         self.start_offset = log_start
-        self.end_offset = max(self.end_offset, log_start)
         self._advance()
 
     def next_fetch_offset(self) -> int:
         """Where a fetch should read from: the first AVAILABLE in-flight offset (a redelivery),
         else the end offset; -1 when nothing may be acquired (the in-flight limit is reached and
         nothing in flight is AVAILABLE)."""
-        for offset in range(self.start_offset, self.end_offset):
-            if self.in_flight[offset].state == RecordState.AVAILABLE:
-                return offset
+        for r in self.runs:
+            if r.state == RecordState.AVAILABLE:
+                return r.first
         if self.end_offset - self.start_offset >= self.max_in_flight:
             return -1
         return self.end_offset
 
     def next_lock_expiry(self) -> int | None:
         """When the earliest acquisition lock expires (ms), None when nothing is acquired."""
-        times = [r.lock_expires_ms for r in self.in_flight.values() if r.state == RecordState.ACQUIRED]
+        times = [r.lock_expires_ms for r in self.runs if r.state == RecordState.ACQUIRED]
         return min(times) if times else None
 
     def _advance(self) -> None:
-        while self.start_offset < self.end_offset and self.in_flight[self.start_offset].state in TERMINAL:
-            del self.in_flight[self.start_offset]
-            self.start_offset += 1
+        """Drop the terminal runs at the start; join neighbours left in the same state."""
+        k = 0
+        while k < len(self.runs) and self.runs[k].state in TERMINAL:
+            k += 1
+        if k:
+            del self.runs[:k]
+        self.start_offset = self.runs[0].first if self.runs else self.end_offset
+        if len(self.runs) > COALESCE_ABOVE:
+            self._coalesce()
+
+    def _coalesce(self) -> None:
+        out: list[Run] = []
+        for r in self.runs:
+            last = out[-1] if out else None
+            if last is not None and (last.state, last.delivery_count, last.member, last.lock_expires_ms) == (
+                    r.state, r.delivery_count, r.member, r.lock_expires_ms):
+                last.last = r.last
+            else:
+                out.append(r)
+        self.runs = out
 
     # -- persistence and views ----------------------------------------------------------------------
     def state_batches(self) -> list[StateBatch]:
         """The in-flight ranges as persisted: consecutive offsets of one state and delivery count,
         ACQUIRED as AVAILABLE."""
         out: list[StateBatch] = []
-        for offset in range(self.start_offset, self.end_offset):
-            r = self.in_flight[offset]
+        for r in self.runs:
             state = RecordState.AVAILABLE if r.state == RecordState.ACQUIRED else r.state
             last = out[-1] if out else None
-            if last is not None and last.last_offset == offset - 1 and last.state == state \
+            if last is not None and last.last_offset == r.first - 1 and last.state == state \
                     and last.delivery_count == r.delivery_count:
-                out[-1] = StateBatch(last.first_offset, offset, state, r.delivery_count)
+                out[-1] = StateBatch(last.first_offset, r.last, state, r.delivery_count)
             else:
-                out.append(StateBatch(offset, offset, state, r.delivery_count))
+                out.append(StateBatch(r.first, r.last, state, r.delivery_count))
         return out
 
     def counts(self) -> dict[RecordState, int]:
         out = dict.fromkeys(RecordState, 0)
-        for r in self.in_flight.values():
-            out[r.state] += 1
+        for r in self.runs:
+            out[r.state] += r.last - r.first + 1
         return out
 
 
-def _ranges(items: list[tuple[int, int]]) -> list[Acquired]:
-    """Consecutive offsets with the same delivery count as one range."""
+def _merged(items: list[Acquired]) -> list[Acquired]:
+    """Adjacent acquired ranges with the same delivery count as one."""
     out: list[Acquired] = []
-    for offset, count in items:
+    for a in items:
         last = out[-1] if out else None
-        if last is not None and last.last_offset == offset - 1 and last.delivery_count == count:
-            out[-1] = Acquired(last.first_offset, offset, count)
+        if last is not None and last.last_offset == a.first_offset - 1 and last.delivery_count == a.delivery_count:
+            out[-1] = Acquired(last.first_offset, a.last_offset, a.delivery_count)
         else:
-            out.append(Acquired(offset, offset, count))
+            out.append(a)
     return out
