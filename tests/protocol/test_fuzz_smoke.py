@@ -38,6 +38,10 @@ APIS = [(3, 12), (3, 1), (0, 9), (0, 3), (1, 12), (1, 4), (20, 1), (20, 6), (11,
 TXN_APIS = [(22, 1), (22, 5), (24, 3), (24, 4), (25, 3), (26, 1), (26, 4), (27, 1), (28, 2), (28, 4), (65, 0),
             (66, 1), (61, 0)]
 APIS += [a for a in TXN_APIS if a in set(fuzz.served_versions())]
+# share groups: ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge, the share
+# coordinator's Read/WriteShareGroupState, DescribeShareGroupOffsets
+SHARE_APIS = [(76, 1), (77, 1), (78, 1), (78, 2), (79, 1), (79, 2), (84, 0), (85, 1), (90, 1)]
+APIS += [a for a in SHARE_APIS if a in set(fuzz.served_versions())]
 
 
 def in_child(fn: Callable[[], None]) -> None:
