@@ -184,3 +184,39 @@ def test_read_committed_share_group_never_sees_aborted_records(broker_factory):
         got += poll_values(c, time.monotonic() + 2)
         c.commit_sync()
     assert sorted(m.value().decode() for m in got) == sorted(f"{t}:{i}" for t in (0, 2, 4) for i in range(5))
+
+
+def test_reset_and_delete_a_share_groups_offsets_with_gregor_groups(broker_factory, capsys):
+    from gregor.cli import main
+
+    b = broker_factory()
+    create(b.bootstrap, "replay")
+    start_group_at_earliest(b, "readers")
+    values = [f"r{i}" for i in range(30)]
+    produce(b.bootstrap, "replay", values)
+
+    def consume_all(expected: int) -> list[str]:
+        with share_consumer(b.bootstrap, "readers", "replay") as c:
+            got = poll_values(c, time.monotonic() + 30, want=expected) if expected else []
+            got += poll_values(c, time.monotonic() + 3)  # and nothing more
+            c.commit_sync()
+        return [m.value().decode() for m in got]
+
+    assert sorted(consume_all(30)) == sorted(values)
+    assert consume_all(0) == []  # all acknowledged: nothing again
+    capsys.readouterr()
+    args = ["groups", "reset-offsets", "readers", "--topic", "replay", "--bootstrap-server", b.bootstrap]
+    assert main([*args, "--to-offset", "20", "--json"]) == 0  # a dry run
+    assert json.loads(capsys.readouterr().out)[0]["new_start_offset"] == 20
+    assert consume_all(0) == []
+    assert main([*args, "--to-offset", "20", "--execute"]) == 0
+    assert sorted(consume_all(10)) == sorted(values[20:])
+    capsys.readouterr()
+    assert main(["groups", "delete-offsets", "readers", "--topic", "replay", "--bootstrap-server", b.bootstrap]) == 0
+    assert "deleted" in capsys.readouterr().out
+    assert sorted(consume_all(30)) == sorted(values)  # share.auto.offset.reset=earliest again
+    with share_consumer(b.bootstrap, "readers", "replay") as busy:
+        poll_values(busy, time.monotonic() + 2)
+        capsys.readouterr()
+        assert main([*args, "--to-earliest", "--execute"]) != 0  # not while it has a member
+        busy.commit_sync()

@@ -310,6 +310,12 @@ def _parse_datetime(value: str) -> int:
 
 
 def reset_offsets(admin: AdminClient, args: argparse.Namespace) -> int:
+    share = share_groups_cli.describe_share_group(admin, args.group)
+    if share is not None:
+        tps = _parse_topics(args.topic, admin)
+        at = admin.list_offsets(tps, _parse_datetime(args.to_datetime)) if args.to_datetime else {}
+        return share_groups_cli.reset_offsets(admin, args, share, tps, admin.list_offsets(tps, -2),
+                                              admin.list_offsets(tps, -1), at)
     g = _describe_group(admin, args.group)
     if g.group_state not in ("Empty", "Dead") and args.execute:
         raise AdminError(f"Assignments can only be reset if the group '{args.group}' is inactive, but the current "
@@ -369,6 +375,8 @@ def delete(admin: AdminClient, args: argparse.Namespace) -> int:
 
 
 def delete_offsets(admin: AdminClient, args: argparse.Namespace) -> int:
+    if share_groups_cli.describe_share_group(admin, args.group) is not None:
+        return share_groups_cli.delete_offsets(admin, args, sorted({spec.split(":")[0] for spec in args.topic}))
     tps = _parse_topics(args.topic, admin)
     topics: dict[str, list[dict[str, Any]]] = {}
     for t, p in tps:

@@ -66,3 +66,60 @@ def describe(admin: AdminClient, args: argparse.Namespace, g: Any) -> int:
         emit(args, [{**m, "assignment": ",".join(m["assignment"]) or "-", "rack": m["rack"] or "-"} for m in members],
              ["member_id", "member_epoch", "client_id", "host", "rack", "assignment"])
     return 0
+
+
+def reset_offsets(admin: AdminClient, args: argparse.Namespace, g: Any, tps: list[tuple[str, int]],
+                  earliest: dict[tuple[str, int], int], latest: dict[tuple[str, int], int],
+                  at: dict[tuple[str, int], int]) -> int:
+    """kafka-share-groups.sh --reset-offsets: the share-partitions' new start offsets
+    (AlterShareGroupOffsets), the group empty; a dry run unless --execute."""
+    if g.members and args.execute:
+        raise AdminError(f"Share group '{args.group}' offsets can only be reset while it is empty, but it has "
+                         f"{len(g.members)} members.")
+    current = {(r["topic"], r["partition"]): r["start_offset"] for r in share_offsets(admin, args.group)}
+    target: dict[tuple[str, int], int] = {}
+    for tp in tps:
+        start = current.get(tp, "-")
+        if args.to_earliest:
+            target[tp] = earliest[tp]
+        elif args.to_latest:
+            target[tp] = latest[tp]
+        elif args.to_offset is not None:
+            target[tp] = args.to_offset
+        elif args.shift_by is not None:
+            target[tp] = (start if isinstance(start, int) else latest[tp]) + args.shift_by
+        else:
+            target[tp] = at[tp] if at.get(tp, -1) >= 0 else latest[tp]
+        target[tp] = max(earliest[tp], min(target[tp], latest[tp]))  # clamp to the log, as Kafka does
+    rows = [{"group": args.group, "topic": t, "partition": p, "previous_start_offset": current.get((t, p), "-"),
+             "new_start_offset": target[(t, p)]} for t, p in tps]
+    if args.execute:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), off in target.items():
+            topics.setdefault(t, []).append({"partition_index": p, "start_offset": off})
+        r = admin.coordinator_conn(args.group).call(ApiKey.ALTER_SHARE_GROUP_OFFSETS, {
+            "group_id": args.group, "topics": [{"topic_name": t, "partitions": ps} for t, ps in topics.items()]})
+        if r.error_code:
+            raise AdminError(f"AlterShareGroupOffsets {args.group}: {ErrorCode(r.error_code).name.upper()}"
+                             + (f" ({r.error_message})" if r.error_message else ""))
+        errors = [(t.topic_name, p.partition_index, ErrorCode(p.error_code).name.upper())
+                  for t in r.responses for p in t.partitions if p.error_code]
+        if errors:
+            raise AdminError(f"AlterShareGroupOffsets failed: {errors}")
+    elif not args.json:
+        print("Dry run: nothing changed (add --execute to apply)\n")
+    emit(args, rows, ["group", "topic", "partition", "previous_start_offset", "new_start_offset"])
+    return 0
+
+
+def delete_offsets(admin: AdminClient, args: argparse.Namespace, topics: list[str]) -> int:
+    """kafka-share-groups.sh --delete-offsets: the group forgets where it is in these topics."""
+    r = admin.coordinator_conn(args.group).call(ApiKey.DELETE_SHARE_GROUP_OFFSETS, {
+        "group_id": args.group, "topics": [{"topic_name": t} for t in topics]})
+    if r.error_code:
+        raise AdminError(f"DeleteShareGroupOffsets {args.group}: {ErrorCode(r.error_code).name.upper()}"
+                         + (f" ({r.error_message})" if r.error_message else ""))
+    rows = [{"topic": t.topic_name, "result": ErrorCode(t.error_code).name.upper() if t.error_code else "deleted"}
+            for t in r.responses]
+    emit(args, rows, ["topic", "result"])
+    return 0 if all(row["result"] == "deleted" for row in rows) else 1

@@ -126,3 +126,65 @@ async def describe_share_group_offsets(ctx: RequestContext, req: Any) -> dict[st
                 {"partition_index": p, "start_offset": start, "leader_epoch": epoch, "lag": lag, "error_code": code,
                  "error_message": message} for p, (start, epoch, lag, code, message) in zip(ps, answers, strict=True)]})
     return {"throttle_time": 0, "groups": out}
+
+
+async def _empty_share_group(ctx: RequestContext, group_id: str) -> tuple[ErrorCode, str | None, ShareGroup | None]:
+    if enabled(ctx) and not allowed(ctx, Op.READ, GROUP, group_id):
+        return ErrorCode.group_authorization_failed, None, None
+    try:
+        group = await ctx.groups.describe_share_group(group_id)
+    except KafkaError as e:
+        return e.code, e.message, None
+    if group is None:
+        return ErrorCode.group_id_not_found, f"Group {group_id} not found.", None
+    if group.members:
+        return ErrorCode.non_empty_group, (f"The share group {group_id} has {len(group.members)} members: its "
+                                           "offsets can be changed only while it is empty."), None
+    return ErrorCode.none, None, group
+
+
+@handles(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0, protocol="share")
+async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """An empty share group's share-partitions start again at the offsets given (nothing in
+    flight), as kafka-share-groups.sh --reset-offsets."""
+    code, message, _group = await _empty_share_group(ctx, req.group_id)
+    if code:
+        return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": []}
+    out = []
+    for t in req.topics:
+        topic = ctx.topics.get(t.topic_name)
+        if topic is None:
+            out.append({"topic_name": t.topic_name, "topic_id": uuid.UUID(int=0), "partitions": [
+                {"partition_index": p.partition_index, "error_code": ErrorCode.unknown_topic_or_partition,
+                 "error_message": None} for p in t.partitions]})
+            continue
+        wanted = [(t.topic_name, p.partition_index, topic.topic_id, max(int(p.start_offset), 0))
+                  for p in t.partitions]
+        answers = await ctx.shares.reset_offsets(req.group_id, wanted)
+        out.append({"topic_name": t.topic_name, "topic_id": topic.topic_id, "partitions": [
+            {"partition_index": p.partition_index, "error_code": c, "error_message": m}
+            for p, (c, m) in zip(t.partitions, answers, strict=True)]})
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": out}
+
+
+@handles(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0, protocol="share")
+async def delete_share_group_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """An empty share group forgets where it is in the topics given: its next consumer starts as
+    share.auto.offset.reset says."""
+    code, message, group = await _empty_share_group(ctx, req.group_id)
+    if code or group is None:
+        return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": []}
+    out = []
+    for t in req.topics:
+        topic = ctx.topics.get(t.topic_name)
+        if topic is None:
+            out.append({"topic_name": t.topic_name, "topic_id": uuid.UUID(int=0),
+                        "error_code": ErrorCode.unknown_topic_or_partition, "error_message": None})
+            continue
+        answers = await ctx.shares.reset_offsets(req.group_id, [(t.topic_name, p, topic.topic_id, -1)
+                                                                for p in range(topic.partitions)])
+        failed = [(c, m) for c, m in answers if c]
+        out.append({"topic_name": t.topic_name, "topic_id": topic.topic_id,
+                    "error_code": failed[0][0] if failed else ErrorCode.none,
+                    "error_message": failed[0][1] if failed else None})
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "responses": out}

@@ -1,6 +1,8 @@
 """The share coordinator's APIs between brokers (KIP-932): ReadShareGroupState (84) and
 WriteShareGroupState (85), sent by share-partition leaders to the broker coordinating a
-share-partition's state (coordinator/share/persister.py). CLUSTER_ACTION, as Kafka."""
+share-partition's state, InitializeShareGroupState (83) and DeleteShareGroupState (86), sent by the
+group coordinator when an operator resets or deletes a share group's offsets
+(coordinator/share/persister.py). CLUSTER_ACTION, as Kafka."""
 
 from __future__ import annotations
 
@@ -64,3 +66,31 @@ async def write_share_group_state(ctx: RequestContext, req: Any) -> dict[str, An
             partitions.append(entry)
         results.append({"topic_id": t.topic_id, "partitions": partitions})
     return {"results": results}
+
+
+async def _each_partition(ctx: RequestContext, req: Any, call: Any) -> dict[str, Any]:
+    refused = _refusal(ctx)
+    results = []
+    for t in req.topics:
+        partitions = []
+        for p in t.partitions:
+            entry: dict[str, Any] = {"partition": p.partition, "error_code": refused, "error_message": None}
+            if not refused:
+                try:
+                    await call(SharePartitionKey(req.group_id, t.topic_id, p.partition), p)
+                except KafkaError as e:
+                    entry.update(error_code=e.code, error_message=e.message)
+            partitions.append(entry)
+        results.append({"topic_id": t.topic_id, "partitions": partitions})
+    return {"results": results}
+
+
+@handles(ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, 0)
+async def initialize_share_group_state(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return await _each_partition(ctx, req, lambda key, p: ctx.share_state.initialize(key, p.state_epoch,
+                                                                                       p.start_offset))
+
+
+@handles(ApiKey.DELETE_SHARE_GROUP_STATE, 0, 0)
+async def delete_share_group_state(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return await _each_partition(ctx, req, lambda key, p: ctx.share_state.delete(key))

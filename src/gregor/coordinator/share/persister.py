@@ -58,6 +58,13 @@ class Persister:
         await self._retrying(key, lambda node: self._write(node, key, state_epoch, leader_epoch, start_offset,
                                                            batches))
 
+    async def initialize(self, key: SharePartitionKey, state_epoch: int, start_offset: int) -> None:
+        """A new state: ``start_offset``, nothing in flight (an operator's reset)."""
+        await self._retrying(key, lambda node: self._initialize(node, key, state_epoch, start_offset))
+
+    async def delete(self, key: SharePartitionKey) -> None:
+        await self._retrying(key, lambda node: self._delete(node, key))
+
     async def _retrying(self, key: SharePartitionKey, call: Any) -> Any:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.deadline_s
@@ -108,6 +115,26 @@ class Persister:
                  "delivery_count": b.delivery_count} for b in batches]}]}]}
         response = await self._request(node, ApiKey.WRITE_SHARE_GROUP_STATE, WRITE_VERSION, body)
         p = response.results[0].partitions[0]
+        if p.error_code:
+            raise KafkaError(ErrorCode(p.error_code), p.error_message)
+
+    async def _initialize(self, node: int, key: SharePartitionKey, state_epoch: int, start_offset: int) -> None:
+        if node == self.cluster.node_id:
+            await self.service.initialize(key, state_epoch, start_offset)
+            return
+        body = {"group_id": key.group, "topics": [{"topic_id": key.topic_id, "partitions": [
+            {"partition": key.partition, "state_epoch": state_epoch, "start_offset": start_offset}]}]}
+        p = (await self._request(node, ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, body)).results[0].partitions[0]
+        if p.error_code:
+            raise KafkaError(ErrorCode(p.error_code), p.error_message)
+
+    async def _delete(self, node: int, key: SharePartitionKey) -> None:
+        if node == self.cluster.node_id:
+            await self.service.delete(key)
+            return
+        body = {"group_id": key.group, "topics": [{"topic_id": key.topic_id, "partitions": [
+            {"partition": key.partition}]}]}
+        p = (await self._request(node, ApiKey.DELETE_SHARE_GROUP_STATE, 0, body)).results[0].partitions[0]
         if p.error_code:
             raise KafkaError(ErrorCode(p.error_code), p.error_message)
 

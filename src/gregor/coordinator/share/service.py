@@ -90,6 +90,26 @@ class ShareService:
             task.cancel()
         await self.partitions.persister.close()
 
+    async def reset_offsets(self, group: str, partitions: list[tuple[str, int, uuid.UUID, int]]
+                            ) -> list[tuple[ErrorCode, str | None]]:
+        """An empty share group's start offsets set (AlterShareGroupOffsets): each share-partition
+        gets a new state at a new state epoch, nothing in flight; offset -1 deletes the state
+        (DeleteShareGroupOffsets: the next consumer starts where share.auto.offset.reset says)."""
+        out: list[tuple[ErrorCode, str | None]] = []
+        for topic, partition, topic_id, offset in partitions:
+            key = SharePartitionKey(group, topic_id, partition)
+            try:
+                if offset < 0:
+                    await self.partitions.persister.delete(key)
+                else:
+                    stored = await self.partitions.persister.read(key, -1)
+                    await self.partitions.persister.initialize(key, (stored.state_epoch + 1) if stored else 0, offset)
+                self.partitions.forget(group, topic, partition)
+                out.append((ErrorCode.none, None))
+            except KafkaError as e:
+                out.append((e.code, e.message))
+        return out
+
     async def describe_offsets(self, group: str, partitions: list[tuple[str, int, uuid.UUID]]
                                ) -> list[tuple[int, int, int, ErrorCode, str | None]]:
         """(start offset, leader epoch, lag, error, message) of each share-partition as stored;
@@ -124,10 +144,17 @@ class ShareService:
     def connection_closed(self, token: object) -> None:
         for session in self.sessions.of_connection(token):
             self.sessions.remove(session)
-            task = asyncio.get_running_loop().create_task(
-                self.partitions.release_member(session.group, session.member, list(session.partitions)))
+            task = asyncio.get_running_loop().create_task(self._session_ended(session))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _session_ended(self, session: ShareSession) -> None:
+        """Release what the member holds; forget the partitions no session of its group fetches."""
+        await self.partitions.release_member(session.group, session.member, list(session.partitions))
+        fetched = {tp for s in self.sessions.sessions.values() if s.group == session.group for tp in s.partitions}
+        for topic, partition in session.partitions:
+            if (topic, partition) not in fetched:
+                self.partitions.forget(session.group, topic, partition)
 
     async def share_fetch(self, group: str, member: str, epoch: int, wanted: list[tuple[str, int, uuid.UUID]],
                           forgotten: list[TP], acks: Acks, max_records: int, max_bytes: int, max_wait_s: float,
@@ -144,9 +171,8 @@ class ShareService:
             by_tp[tp] = await self._acknowledge(group, member, tp, topic_id, batches)
         if epoch != FINAL_EPOCH:
             await self._fetch(group, member, session, by_tp, max_records, max_bytes, max_wait_s)
-        closed = self.sessions.finish(session, epoch)
-        if closed:
-            await self.partitions.release_member(group, member, list(session.partitions))
+        if self.sessions.finish(session, epoch):
+            await self._session_ended(session)
         answer.partitions = list(by_tp.values())
         return answer
 
@@ -162,7 +188,7 @@ class ShareService:
         for tp, (topic_id, batches) in acks.items():
             answer.partitions.append(await self._acknowledge(group, member, tp, topic_id, batches))
         if self.sessions.finish(session, epoch):
-            await self.partitions.release_member(group, member, list(session.partitions))
+            await self._session_ended(session)
         return answer
 
     async def _acknowledge(self, group: str, member: str, tp: TP, topic_id: uuid.UUID,

@@ -245,6 +245,15 @@ class SharePartitionManager:
                         log.warning("share group %s %s-%d: writing the state after member %s left failed: %s",
                                     group, topic, partition, member, e.message)
 
+    def forget(self, group: str, topic: str, partition: int) -> None:
+        """No share session of the group fetches the partition here any more: its state (all of
+        it written) is dropped, and read again from the share coordinator on the next fetch, so
+        an operator's reset of an empty group's offsets is what its next consumer sees."""
+        held = self.held.get((group, topic, partition))
+        if held is not None and not held.lock.locked() and (held.sp is None or not any(
+                r.state == RecordState.ACQUIRED for r in held.sp.runs)):
+            del self.held[(group, topic, partition)]
+
     def next_expiry_ms(self, group: str, partitions: list[tuple[str, int]]) -> int | None:
         times = []
         for topic, partition in partitions:
