@@ -21,6 +21,9 @@ def new_session(master: str = "local[2]") -> Any:
              .config("spark.pyspark.python", sys.executable)
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             # a Python worker starting on a loaded 2-core machine may take longer than the 15 s
+             # Spark waits for it by default ("Python worker failed to connect back")
+             .config("spark.python.authenticate.socketTimeout", "120s")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     gregor.spark.register(spark)
