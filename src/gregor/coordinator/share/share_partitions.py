@@ -68,6 +68,9 @@ class Held:
     leader_epoch: int = -1
     written: tuple[int, list[StateBatch]] | None = None  # what the share coordinator has
     bytes_per_record: float = 1024.0  # of what was read here: how much to read for max_records
+    # no share session fetches it: the share coordinator may have been told a new state (an
+    # operator's reset) since; checked on the next fetch
+    stale: bool = False
 
 
 @dataclass
@@ -115,6 +118,17 @@ class SharePartitionManager:
         return held
 
     async def _load(self, held: Held, plog: Any) -> SharePartition:
+        if held.sp is not None and held.stale:
+            stored = await self.persister.read(held.key, held.leader_epoch)
+            held.stale = False
+            if stored is None or stored.state_epoch != held.state_epoch:
+                log.info("share group %s %s-%d: its state was reset; loaded again", held.key.group, held.topic,
+                         held.key.partition)
+                stats = held.sp.stats
+                held.sp = None
+                sp = await self._load(held, plog)
+                sp.stats = stats
+                return sp
         if held.sp is not None:
             return held.sp
         s = self.settings(held.key.group)
@@ -247,12 +261,12 @@ class SharePartitionManager:
 
     def forget(self, group: str, topic: str, partition: int) -> None:
         """No share session of the group fetches the partition here any more: its state (all of
-        it written) is dropped, and read again from the share coordinator on the next fetch, so
-        an operator's reset of an empty group's offsets is what its next consumer sees."""
+        it written) is checked against the share coordinator's on the next fetch, so that an
+        operator's reset of an empty group's offsets is what its next consumer sees (it stays
+        here meanwhile: its metrics, the lag of a group nobody consumes, go on)."""
         held = self.held.get((group, topic, partition))
-        if held is not None and not held.lock.locked() and (held.sp is None or not any(
-                r.state == RecordState.ACQUIRED for r in held.sp.runs)):
-            del self.held[(group, topic, partition)]
+        if held is not None:
+            held.stale = True
 
     def next_expiry_ms(self, group: str, partitions: list[tuple[str, int]]) -> int | None:
         times = []
