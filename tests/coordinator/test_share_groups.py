@@ -159,3 +159,20 @@ def test_delete_an_empty_share_group():
     assert "g" not in h.shard.share_groups
     h.reload()
     assert "g" not in h.shard.share_groups
+
+
+def test_an_operators_offset_change_creates_the_empty_group_and_lists_its_partitions():
+    h = ConsumerHarness()
+    code = h.run(h.shard.share_offsets_changed("new", {FOO: ("foo", frozenset({0, 1}))}, set()))
+    g = h.shard.share_groups["new"]
+    assert code == 0 and g.state == "Empty" and g.initialized == {FOO: ("foo", frozenset({0, 1}))}
+    code = h.run(h.shard.share_offsets_changed("new", {FOO: ("foo", frozenset({2}))}, set()))
+    assert g.initialized[FOO][1] == frozenset({0, 1, 2})
+    assert h.run(h.shard.share_offsets_changed("new", {}, {FOO})) == 0 and g.initialized == {}
+    a = ShareClient(h, ["foo"], group="new")
+    assert a.beat().member_epoch == 1
+    assert h.run(h.shard.share_offsets_changed("new", {}, {FOO})) == ErrorCode.non_empty_group
+    Client(h, ["foo"], group="c").beat()
+    assert h.run(h.shard.share_offsets_changed("c", {}, set())) == ErrorCode.group_id_not_found
+    h.reload()
+    assert h.shard.share_groups["new"].initialized[FOO][1] == frozenset(range(FOO_N))

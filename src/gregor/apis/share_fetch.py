@@ -101,7 +101,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     acks = _acks(req.topics, names, readable, refused)
     answer = await ctx.shares.share_fetch(
         req.group_id or "", req.member_id or "", req.share_session_epoch, wanted, forgotten, acks,
-        req.max_records, min(max(req.max_bytes, 1), ctx.config["fetch.max.bytes"]), req.max_wait.total_seconds(),
+        req.max_records, min(max(req.max_bytes, 0), ctx.config["fetch.max.bytes"]), req.max_wait.total_seconds(),
         ctx.shares.connection_token(ctx.connection_state))
     answer.partitions += refused
     return {"throttle_time": 0, "error_code": answer.error, "error_message": answer.message,

@@ -128,26 +128,35 @@ async def describe_share_group_offsets(ctx: RequestContext, req: Any) -> dict[st
     return {"throttle_time": 0, "groups": out}
 
 
-async def _empty_share_group(ctx: RequestContext, group_id: str) -> tuple[ErrorCode, str | None, ShareGroup | None]:
+async def _group_refusal(ctx: RequestContext, group_id: str, added: dict[Any, tuple[str, frozenset[int]]],
+                         removed: set[Any]) -> tuple[ErrorCode, str | None]:
+    """The group coordinator's say on an operator's change of a share group's offsets: the group
+    is created empty if it does not exist (as Kafka), must have no members, and lists the
+    partitions with state afterwards."""
     if enabled(ctx) and not allowed(ctx, Op.READ, GROUP, group_id):
-        return ErrorCode.group_authorization_failed, None, None
+        return ErrorCode.group_authorization_failed, None
     try:
-        group = await ctx.groups.describe_share_group(group_id)
+        code = await ctx.groups.share_offsets_changed(group_id, added, removed)
     except KafkaError as e:
-        return e.code, e.message, None
-    if group is None:
-        return ErrorCode.group_id_not_found, f"Group {group_id} not found.", None
-    if group.members:
-        return ErrorCode.non_empty_group, (f"The share group {group_id} has {len(group.members)} members: its "
-                                           "offsets can be changed only while it is empty."), None
-    return ErrorCode.none, None, group
+        return e.code, e.message
+    if code == ErrorCode.non_empty_group:
+        return code, f"The share group {group_id} has members: its offsets can be changed only while it is empty."
+    if code == ErrorCode.group_id_not_found:
+        return code, f"Group {group_id} is not a share group."
+    return code, None
 
 
 @handles(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0, protocol="share")
 async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """An empty share group's share-partitions start again at the offsets given (nothing in
     flight), as kafka-share-groups.sh --reset-offsets."""
-    code, message, _group = await _empty_share_group(ctx, req.group_id)
+    added = {}
+    for t in req.topics:
+        topic = ctx.topics.get(t.topic_name)
+        if topic is not None:
+            added[topic.topic_id] = (t.topic_name, frozenset(p.partition_index for p in t.partitions
+                                                             if 0 <= p.partition_index < topic.partitions))
+    code, message = await _group_refusal(ctx, req.group_id, added, set())
     if code:
         return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": []}
     out = []
@@ -171,8 +180,9 @@ async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> dict[str, 
 async def delete_share_group_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """An empty share group forgets where it is in the topics given: its next consumer starts as
     share.auto.offset.reset says."""
-    code, message, group = await _empty_share_group(ctx, req.group_id)
-    if code or group is None:
+    known = [ctx.topics.get(t.topic_name) for t in req.topics]
+    code, message = await _group_refusal(ctx, req.group_id, {}, {t.topic_id for t in known if t is not None})
+    if code:
         return {"throttle_time": 0, "error_code": code, "error_message": message, "responses": []}
     out = []
     for t in req.topics:

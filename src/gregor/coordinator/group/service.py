@@ -447,6 +447,15 @@ class GroupCoordinatorService:
         result: ShareGroup | None = await self._read_committed(group_id, view)
         return result
 
+    async def share_offsets_changed(self, group_id: str, added: dict[Any, tuple[str, frozenset[int]]],
+                                    removed: set[Any]) -> ErrorCode:
+        """The share group's partitions with state, after an operator's reset or deletion (the
+        group is created empty if it does not exist); NON_EMPTY_GROUP while it has members."""
+        code: ErrorCode = await self._write(group_id, lambda shard: shard.share_offsets_changed(group_id, added,
+                                                                                                  removed),
+                                            timeout=True)
+        return code
+
     def share_member_assignment(self, group_id: str, member_id: str) -> Any:
         """What the share member is assigned now (topic id -> partitions); None when the group
         or the member is not known here."""

@@ -180,6 +180,10 @@ class GroupCoordinatorShard:
     def share_group_heartbeat(self, req: ShareHeartbeatRequest) -> CoordinatorResult[ShareHeartbeatResult]:
         return self.share_mgr.heartbeat(req)
 
+    def share_offsets_changed(self, group_id: str, added: dict[TopicId, tuple[str, frozenset[int]]],
+                              removed: set[TopicId]) -> CoordinatorResult[ErrorCode]:
+        return self.share_mgr.offsets_changed(group_id, added, removed)
+
     def steering_changed(self, group_id: str) -> CoordinatorResult[None]:
         if group_id in self.share_groups:
             return self.share_mgr.steering_changed(group_id)

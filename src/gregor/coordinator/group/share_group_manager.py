@@ -319,6 +319,30 @@ class ShareGroupManager:
         self.ctx.timer.schedule(session_key(group_id, member_id), timeout,
                                 lambda: self.fence(group_id, member_id, f"no heartbeat in {timeout} ms"))
 
+    def offsets_changed(self, group_id: str, added: dict[TopicId, tuple[str, frozenset[int]]],
+                        removed: set[TopicId]) -> CoordinatorResult[ErrorCode]:
+        """An operator set (AlterShareGroupOffsets) or deleted (DeleteShareGroupOffsets) the
+        start offsets of an empty share group: the partitions with state are listed (or no
+        longer); a group that does not exist yet is created empty, as Kafka does. NON_EMPTY_GROUP
+        while it has members; GROUP_ID_NOT_FOUND when the id names another kind of group."""
+        try:
+            group = self._group(group_id, create=True)
+        except KafkaError as e:
+            return CoordinatorResult([], e.code)
+        if group.members:
+            return CoordinatorResult([], ErrorCode.non_empty_group)
+        records: list[Record] = []
+        if not group.created:
+            records.append((ShareGroupMetadataKey(group_id), ShareGroupMetadataValue(0, 0)))
+        new = {tid: v for tid, v in group.initialized.items() if tid not in removed}
+        for tid, (name, ps) in added.items():
+            old_name, have = new.get(tid, (name, frozenset()))
+            new[tid] = (name or old_name, have | ps)
+        if new != group.initialized or not group.created:
+            records.append((ShareGroupStatePartitionMetadataKey(group_id), ShareGroupStatePartitionMetadataValue(
+                {tid: (name, tuple(sorted(ps))) for tid, (name, ps) in sorted(new.items())}, {})))
+        return CoordinatorResult(records, ErrorCode.none)
+
     def delete_group(self, group_id: str) -> list[Record]:
         return [(ShareGroupStatePartitionMetadataKey(group_id), None),
                 (ShareGroupTargetAssignmentMetadataKey(group_id), None),
