@@ -10,18 +10,13 @@ import confluent_kafka as ck
 
 from gregor.protocol.share_state_records import SHARE_STATE_TOPIC
 from tests.support.group_checks import start_cluster
-from tests.support.group_load import partition_states, wait_full_isr
+from tests.support.group_load import leader_of, wait_full_isr
 from tests.support.replication import create_topic
 from tests.support.share_clients import poll_values, produce, share_consumer, start_group_at_earliest
 
 SHARE_OVERRIDES = {"share.coordinator.state.topic.num.partitions": "3",
                    "share.coordinator.state.topic.replication.factor": "3",
                    "share.coordinator.state.topic.min.isr": "2"}
-
-
-def leader_of(cluster, topic: str, partition: int) -> int:
-    st = partition_states(cluster, topic, partition + 1)[partition]
-    return -1 if st is None else st.leader
 
 
 def test_a_killed_share_partition_leader_redelivers_only_what_was_not_acknowledged(cluster_factory):

@@ -10,18 +10,13 @@ from confluent_kafka import Producer
 from gregor.protocol.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
 from tests.support.exactly_once import read_output, run_with_kills
 from tests.support.group_checks import start_cluster
-from tests.support.group_load import partition_states, wait_full_isr
+from tests.support.group_load import leader_of, wait_full_isr
 from tests.support.replication import create_topic
 from tests.support.waiting import wait_for
 
 TXN_PARTITIONS = 5
 TXN_OVERRIDES = {"transaction.state.log.num.partitions": str(TXN_PARTITIONS),
                  "transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2"}
-
-
-def leader_of(cluster, topic: str, partition: int) -> int:
-    st = partition_states(cluster, topic, partition + 1)[partition]
-    return -1 if st is None else st.leader
 
 
 def test_transactions_across_brokers_commit_and_abort(cluster_factory):

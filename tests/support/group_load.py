@@ -392,6 +392,13 @@ def partition_states(cluster: BrokerCluster, topic: str, partitions: int) -> dic
         return {p: partition_state(zk, topic, p) for p in range(partitions)}
 
 
+def leader_of(cluster: BrokerCluster, topic: str, partition: int) -> int:
+    """The partition's leader as ZooKeeper says (-1: none, or no such partition)."""
+    with cluster.zk_client() as zk:
+        st = partition_state(zk, topic, partition)
+    return -1 if st is None else st.leader
+
+
 def wait_full_isr(cluster: BrokerCluster, topic: str, partitions: int, replicas: int = 3,
                   timeout: float = 60) -> dict[int, zn.PartitionState]:
     """Until every partition of ``topic`` has a leader and ``replicas`` replicas in its ISR."""

@@ -23,66 +23,49 @@ def _refusal(ctx: RequestContext) -> ErrorCode:
     return ErrorCode.none
 
 
-@handles(ApiKey.READ_SHARE_GROUP_STATE, 0, 0)
-async def read_share_group_state(ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def _each_partition(ctx: RequestContext, req: Any, call: Any, defaults: dict[str, Any] | None = None
+                          ) -> dict[str, Any]:
+    """Every partition of the request through ``call(key, partition data)``, which may return
+    fields of the partition's answer; a KafkaError is that partition's error."""
     refused = _refusal(ctx)
     results = []
     for t in req.topics:
         partitions = []
         for p in t.partitions:
             entry: dict[str, Any] = {"partition": p.partition, "error_code": refused, "error_message": None,
-                                     "state_epoch": NO_STATE_EPOCH, "start_offset": -1, "state_batches": []}
+                                     **(defaults or {})}
             if not refused:
                 try:
-                    state = await ctx.share_state.read(SharePartitionKey(req.group_id, t.topic_id, p.partition))
-                    if state is not None:
-                        entry.update(state_epoch=state.state_epoch, start_offset=state.start_offset, state_batches=[
-                            {"first_offset": b.first_offset, "last_offset": b.last_offset,
-                             "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
-                            for b in state.batches])
+                    entry.update(await call(SharePartitionKey(req.group_id, t.topic_id, p.partition), p) or {})
                 except KafkaError as e:
                     entry.update(error_code=e.code, error_message=e.message)
             partitions.append(entry)
         results.append({"topic_id": t.topic_id, "partitions": partitions})
     return {"results": results}
+
+
+@handles(ApiKey.READ_SHARE_GROUP_STATE, 0, 0)
+async def read_share_group_state(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    async def read(key: SharePartitionKey, p: Any) -> dict[str, Any] | None:
+        state = await ctx.share_state.read(key)
+        if state is None:
+            return None
+        return {"state_epoch": state.state_epoch, "start_offset": state.start_offset, "state_batches": [
+            {"first_offset": b.first_offset, "last_offset": b.last_offset, "delivery_state": b.delivery_state,
+             "delivery_count": b.delivery_count} for b in state.batches]}
+
+    return await _each_partition(ctx, req, read, {"state_epoch": NO_STATE_EPOCH, "start_offset": -1,
+                                                  "state_batches": []})
 
 
 @handles(ApiKey.WRITE_SHARE_GROUP_STATE, 0, 1)
 async def write_share_group_state(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    refused = _refusal(ctx)
-    results = []
-    for t in req.topics:
-        partitions = []
-        for p in t.partitions:
-            entry: dict[str, Any] = {"partition": p.partition, "error_code": refused, "error_message": None}
-            if not refused:
-                batches = [PersistedBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                           for b in p.state_batches]
-                try:
-                    await ctx.share_state.write(SharePartitionKey(req.group_id, t.topic_id, p.partition),
-                                                p.state_epoch, p.leader_epoch, p.start_offset, batches)
-                except KafkaError as e:
-                    entry.update(error_code=e.code, error_message=e.message)
-            partitions.append(entry)
-        results.append({"topic_id": t.topic_id, "partitions": partitions})
-    return {"results": results}
+    async def write(key: SharePartitionKey, p: Any) -> None:
+        batches = [PersistedBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                   for b in p.state_batches]
+        await ctx.share_state.write(key, p.state_epoch, p.leader_epoch, p.start_offset, batches)
 
-
-async def _each_partition(ctx: RequestContext, req: Any, call: Any) -> dict[str, Any]:
-    refused = _refusal(ctx)
-    results = []
-    for t in req.topics:
-        partitions = []
-        for p in t.partitions:
-            entry: dict[str, Any] = {"partition": p.partition, "error_code": refused, "error_message": None}
-            if not refused:
-                try:
-                    await call(SharePartitionKey(req.group_id, t.topic_id, p.partition), p)
-                except KafkaError as e:
-                    entry.update(error_code=e.code, error_message=e.message)
-            partitions.append(entry)
-        results.append({"topic_id": t.topic_id, "partitions": partitions})
-    return {"results": results}
+    return await _each_partition(ctx, req, write)
 
 
 @handles(ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, 0)

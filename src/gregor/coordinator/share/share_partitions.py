@@ -117,6 +117,14 @@ class SharePartitionManager:
                                        leader_epoch=part.leader_epoch)
         return held
 
+    def _open(self, group: str, topic: str, partition: int, topic_id: uuid.UUID) -> tuple[Held, Any]:
+        """The share-partition and its log, if this broker leads the partition."""
+        held = self._holder(group, topic, partition, topic_id)
+        plog = self.logs.get(topic, partition)
+        if plog is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition)
+        return held, plog
+
     async def _load(self, held: Held, plog: Any) -> SharePartition:
         if held.sp is not None and held.stale:
             stored = await self.persister.read(held.key, held.leader_epoch)
@@ -167,10 +175,7 @@ class SharePartitionManager:
     async def fetch(self, group: str, member: str, topic: str, partition: int, topic_id: uuid.UUID,
                     max_records: int, max_bytes: int) -> FetchedPartition:
         try:
-            held = self._holder(group, topic, partition, topic_id)
-            plog = self.logs.get(topic, partition)
-            if plog is None:
-                raise KafkaError(ErrorCode.unknown_topic_or_partition)
+            held, plog = self._open(group, topic, partition, topic_id)
             async with held.lock:
                 sp = await self._load(held, plog)
                 return self._acquire(held, sp, plog, member, max_records, max_bytes)
@@ -230,10 +235,7 @@ class SharePartitionManager:
     async def acknowledge(self, group: str, member: str, topic: str, partition: int, topic_id: uuid.UUID,
                           batches: list[tuple[int, int, AcknowledgeType]]) -> tuple[ErrorCode, str | None]:
         try:
-            held = self._holder(group, topic, partition, topic_id)
-            plog = self.logs.get(topic, partition)
-            if plog is None:
-                raise KafkaError(ErrorCode.unknown_topic_or_partition)
+            held, plog = self._open(group, topic, partition, topic_id)
             async with held.lock:
                 sp = await self._load(held, plog)
                 try:
