@@ -220,3 +220,41 @@ def test_reset_and_delete_a_share_groups_offsets_with_gregor_groups(broker_facto
         capsys.readouterr()
         assert main([*args, "--to-earliest", "--execute"]) != 0  # not while it has a member
         busy.commit_sync()
+
+
+def test_operators_steer_a_share_group(broker_factory, capsys):
+    """gregor groups assign on a share group: an isolated member keeps its place with nothing;
+    the other takes every partition; the target shown is the share assignor's."""
+    from gregor.cli import main
+
+    b = broker_factory()
+    create(b.bootstrap, "steered", partitions=2)
+    consumers = [ck.ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": "crew", "client.id": f"c{i}"})
+                 for i in range(2)]
+    for c in consumers:
+        c.subscribe(["steered"])
+
+    def describe() -> dict:
+        capsys.readouterr()
+        assert main(["groups", "describe", "crew", "--bootstrap-server", b.bootstrap, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    def members_hold(want: list[list[str]]) -> bool:
+        for c in consumers:
+            c.poll(0.2)
+        return sorted(sorted(m["assignment"]) for m in describe()["members"]) == want
+
+    try:
+        deadline = time.monotonic() + 30
+        while not members_hold([["steered-0"], ["steered-1"]]):
+            assert time.monotonic() < deadline, "the partitions were not spread over the two members"
+        victim = describe()["members"][0]["member_id"]
+        capsys.readouterr()
+        assert main(["groups", "assign", "crew", "--isolate", victim, "--bootstrap-server", b.bootstrap]) == 0
+        deadline = time.monotonic() + 30
+        while not members_hold([[], ["steered-0", "steered-1"]]):
+            assert time.monotonic() < deadline, "the isolated member kept its partition"
+        assert {m["member_id"]: m["assignment"] for m in describe()["members"]}[victim] == []
+    finally:
+        for c in consumers:
+            c.close()

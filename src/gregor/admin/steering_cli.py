@@ -16,9 +16,11 @@ import sys
 import uuid
 from typing import Any
 
+from gregor.admin import share_groups_cli
 from gregor.admin.client import AdminClient, AdminError
 from gregor.admin.output import add_action, emit
 from gregor.assignment import assignors, steering
+from gregor.assignment.share import ShareAssignor
 from gregor.assignment.steering import APPEND, SET, SUBTRACT
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
@@ -99,7 +101,28 @@ def _apply_locally(values: dict[str, str], entries: list[dict[str, Any]]) -> dic
     return new
 
 
+class _ShareMember:
+    """A share group's member as the steering report reads a consumer group's: no instance id,
+    and its target is what it holds (a share member takes its target at once)."""
+
+    def __init__(self, m: Any) -> None:
+        self.member_id, self.rack_id, self.client_host = m.member_id, m.rack_id, m.client_host
+        self.subscribed_topic_names = m.subscribed_topic_names
+        self.instance_id = None
+        self.target_assignment = m.assignment
+
+
+class _ShareGroup:
+    def __init__(self, g: Any) -> None:
+        self.members = [_ShareMember(m) for m in g.members]
+        self.assignor_name = "simple"
+        self.group_state = g.group_state
+
+
 def _describe(admin: AdminClient, group: str) -> Any:
+    share = share_groups_cli.describe_share_group(admin, group)
+    if share is not None:
+        return _ShareGroup(share)
     conn = admin.coordinator_conn(group)
     try:
         conn.version_for(ApiKey.CONSUMER_GROUP_DESCRIBE)
@@ -135,7 +158,8 @@ def target_of(admin: AdminClient, g: Any, values: dict[str, str]
     subscribed_topics = {n: v for n, v in topics.items() if any(n in m.subscribed_topic_names for m in g.members)}
     spec = assignors.GroupSpec(specs, {tid: n for tid, n in subscribed_topics.values()})
     steered = steering.steer(spec, infos, topics, wanted)
-    result = assignors.assignor(g.assignor_name or "uniform").assign(steered.spec)
+    assignor = ShareAssignor() if isinstance(g, _ShareGroup) else assignors.assignor(g.assignor_name or "uniform")
+    result = assignor.assign(steered.spec)
     out = {mid: sorted(f"{by_id.get(t, t)}-{p}" for t, ps in a.items() for p in ps) for mid, a in result.items()}
     for m in g.members:
         out.setdefault(m.member_id, [])

@@ -191,6 +191,8 @@ class GroupCoordinatorShard:
 
     def steering_problems(self, group_id: str, wanted: Steering) -> list[str]:
         """Why ``wanted`` cannot steer the group's members now (empty: it can)."""
+        if group_id in self.share_groups:
+            return self.share_mgr.steering_problems(group_id, wanted)
         return self.consumer_mgr.steering_problems(group_id, wanted)
 
     def commit_offsets(self, req: CommitRequest) -> CoordinatorResult[CommitResult]:

@@ -271,6 +271,20 @@ class ShareGroupManager:
             log.warning("[GroupId %s] ignoring the group's steering: %s", group_id, e)
             return steering.Steering()
 
+    def steering_problems(self, group_id: str, wanted: steering.Steering) -> list[str]:
+        """Why ``wanted`` cannot steer the share group as it is now (empty: it can): the same
+        checks as a consumer group's (pins name existing partitions and members, ...)."""
+        group = self.groups[group_id]
+        infos = {}
+        for mid, m in group.members.items():
+            spec = assignors.MemberSpec(mid, None, m.rack_id, frozenset(), group.target_of(mid))
+            infos[mid] = steering.MemberInfo(mid, None, m.client_host, spec)
+        topics = {}
+        for pin in wanted.pins:
+            if (meta := self.ctx.topic_metadata(pin.topic)) is not None:
+                topics[pin.topic] = meta
+        return steering.problems(wanted, topics, infos)
+
     def steering_changed(self, group_id: str) -> CoordinatorResult[None]:
         """The operator changed the group's steering: a new group epoch, so that the next heartbeat
         computes the target assignment again."""
