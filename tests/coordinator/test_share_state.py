@@ -123,3 +123,14 @@ def test_share_group_records_round_trip_with_kafkas_record_types(key, value):  #
     decoded = co.decode_key(kb)
     assert decoded == key and co.decode_value(decoded, co.encode_value(value)) == value
     assert co.decode_value(decoded, None) is None
+
+
+def test_batches_of_any_size_cost_their_number_not_their_offsets():
+    """A fuzzed WriteShareGroupState with a batch of 2**62 offsets wedged the broker (merged
+    offset by offset); now ranges are merged as ranges."""
+    huge = B(0, 2**62, AVAILABLE, 1)
+    assert merge([huge], [B(10, 2**61, ACKED, 1)], 5) == [B(5, 9, AVAILABLE, 1), B(10, 2**61, ACKED, 1),
+                                                          B(2**61 + 1, 2**62, AVAILABLE, 1)]
+    h = Harness()
+    h.run(h.shard.write(KEY, 0, 1, 0, [huge]))
+    assert h.shard.read(KEY).batches == [huge]  # type: ignore[union-attr]

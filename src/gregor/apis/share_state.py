@@ -6,6 +6,7 @@ group coordinator when an operator resets or deletes a share group's offsets
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from gregor.apis.authorization import Op, cluster_allowed, enabled
@@ -34,7 +35,9 @@ async def _each_partition(ctx: RequestContext, req: Any, call: Any, defaults: di
         for p in t.partitions:
             entry: dict[str, Any] = {"partition": p.partition, "error_code": refused, "error_message": None,
                                      **(defaults or {})}
-            if not refused:
+            if not refused and not isinstance(t.topic_id, uuid.UUID):
+                entry.update(error_code=ErrorCode.invalid_request, error_message="a topic id is required")
+            elif not refused:
                 try:
                     entry.update(await call(SharePartitionKey(req.group_id, t.topic_id, p.partition), p) or {})
                 except KafkaError as e:

@@ -54,22 +54,40 @@ class PartitionState:
 
 
 def merge(old: list[PersistedBatch], new: list[PersistedBatch], start_offset: int) -> list[PersistedBatch]:
-    """``new`` over ``old``, offset by offset, nothing below ``start_offset``; as ranges again."""
-    per: dict[int, tuple[int, int]] = {}
-    for batches in (old, new):
-        for b in batches:
-            for offset in range(max(b.first_offset, start_offset), b.last_offset + 1):
-                per[offset] = (b.delivery_state, b.delivery_count)
-    out: list[PersistedBatch] = []
-    for offset in sorted(per):
-        state, count = per[offset]
-        last = out[-1] if out else None
-        if last is not None and last.last_offset == offset - 1 and (last.delivery_state, last.delivery_count) == (
-                state, count):
-            out[-1] = PersistedBatch(last.first_offset, offset, state, count)
+    """``new`` over ``old``, nothing below ``start_offset``, as ranges (never offset by offset:
+    a batch may span any number of offsets)."""
+    out = [c for c in (_clip(b, start_offset) for b in sorted(old, key=lambda b: b.first_offset)) if c is not None]
+    for b in sorted(new, key=lambda b: b.first_offset):
+        c = _clip(b, start_offset)
+        if c is None:
+            continue
+        kept: list[PersistedBatch] = []
+        for o in out:
+            if o.last_offset < c.first_offset or o.first_offset > c.last_offset:
+                kept.append(o)
+                continue
+            if o.first_offset < c.first_offset:  # the part of o before c
+                kept.append(PersistedBatch(o.first_offset, c.first_offset - 1, o.delivery_state, o.delivery_count))
+            if o.last_offset > c.last_offset:  # and after
+                kept.append(PersistedBatch(c.last_offset + 1, o.last_offset, o.delivery_state, o.delivery_count))
+        kept.append(c)
+        out = sorted(kept, key=lambda b: b.first_offset)
+    joined: list[PersistedBatch] = []
+    for b in out:
+        last = joined[-1] if joined else None
+        if last is not None and last.last_offset == b.first_offset - 1 and (
+                last.delivery_state, last.delivery_count) == (b.delivery_state, b.delivery_count):
+            joined[-1] = PersistedBatch(last.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
         else:
-            out.append(PersistedBatch(offset, offset, state, count))
-    return out
+            joined.append(b)
+    return joined
+
+
+def _clip(b: PersistedBatch, start_offset: int) -> PersistedBatch | None:
+    first = max(b.first_offset, start_offset)
+    if first > b.last_offset:
+        return None
+    return PersistedBatch(first, b.last_offset, b.delivery_state, b.delivery_count)
 
 
 class ShareStateShard:
