@@ -139,10 +139,12 @@ class SharePartitionManager:
                 return sp
         if held.sp is not None:
             return held.sp
+        stored = await self.persister.read(held.key, held.leader_epoch)
+        # the group's settings as they are now, after the wait: in a cluster a group config set
+        # just before the first fetch may reach this broker while the state is read
         s = self.settings(held.key.group)
         params = {"record_lock_ms": s.record_lock_ms, "delivery_count_limit": s.delivery_count_limit,
                   "max_in_flight": s.max_in_flight}
-        stored = await self.persister.read(held.key, held.leader_epoch)
         if stored is not None:
             batches = [StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
                        for b in stored.batches]
