@@ -50,9 +50,12 @@ def test_groups_describe_reset_delete(broker):
                   "enable.auto.commit": False, "client.id": "ops-client"})
     c.subscribe(["g-t"])
     got = 0
-    deadline = time.monotonic() + 30
+    # a fresh broker loads its 50 __consumer_offsets partitions first: on a loaded machine the
+    # group forms late (a full run took 30 s once); the records are there, waiting for it
+    deadline = time.monotonic() + 90
     while got < 16 and time.monotonic() < deadline:
         got += len(c.consume(16 - got, 0.5))
+    assert got == 16, f"consumed {got} of 16 records in 90 s"
     c.commit(asynchronous=False)
     for _ in range(5):  # more data after the commit: lag
         p.produce("g-t", value=b"x", partition=0)
