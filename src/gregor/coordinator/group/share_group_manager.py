@@ -19,6 +19,7 @@ from typing import Any
 
 from gregor.assignment import assignors, steering
 from gregor.assignment.share import ShareAssignor
+from gregor.coordinator.group.consumer_group_manager import _blank, _invalid  # Kafka's checks, as for consumer groups
 from gregor.coordinator.group.context import ShardContext
 from gregor.coordinator.group.metadata_hash import group_hash
 from gregor.coordinator.group.share_group import (
@@ -74,14 +75,6 @@ class ShareHeartbeatResult:
 
 def session_key(group_id: str, member_id: str) -> str:
     return f"share-session-{group_id}-{member_id}"
-
-
-def _blank(value: str | None) -> bool:
-    return value is not None and not value.strip()
-
-
-def _invalid(message: str) -> KafkaError:
-    return KafkaError(ErrorCode.invalid_request, message)
 
 
 def _sorted(a: Assignment) -> dict[TopicId, tuple[int, ...]]:
