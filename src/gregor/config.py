@@ -433,6 +433,11 @@ KEYS: dict[str, Key] = {
             "largest share.record.lock.duration.ms a group config may set"),
         Key("group.share.delivery.count.limit", _int_range(2, 10), 5,
             "deliveries of a record to share consumers before it is archived (rejected for good)"),
+        Key("errors.deadletterqueue.topic.name.prefix", str, "dlq.",
+            "the prefix a share group's dead-letter topic (errors.deadletterqueue.topic.name) must have; empty: "
+            "any name (KIP-1191)"),
+        Key("errors.deadletterqueue.auto.create.topics.enable", _bool, False,
+            "create a share group's dead-letter topic on its first dead letter when it does not exist (KIP-1191)"),
         Key("group.share.max.share.sessions", _int_range(1, INT_MAX), 2000,
             "share sessions this broker keeps (one per share consumer and broker); one more is refused"),
         Key("group.share.partition.max.record.locks", _int_range(100, 10000), 2000,
@@ -630,8 +635,10 @@ class BrokerConfig:
         hours and minutes forms of those keys may set)."""
         effective = {"log.retention.ms": self.retention_ms, "log.roll.ms": self.roll_ms,
                      "log.flush.interval.ms": self.flush_ms}
-        return {key: effective[broker_key] if broker_key in effective else self[broker_key]
-                for key, broker_key in TOPIC_SYNONYMS.items()}
+        out = {key: effective[broker_key] if broker_key in effective else self[broker_key]
+               for key, broker_key in TOPIC_SYNONYMS.items()}
+        out.update(TOPIC_FIXED_DEFAULTS)
+        return out
 
 
 def _listener_value(key: str, value: str) -> Any:
@@ -671,7 +678,11 @@ TOPIC_KEYS: dict[str, Callable[[str], Any]] = {
     "file.delete.delay.ms": _int_range(0, LONG_MAX),
     "min.insync.replicas": _int_range(1, INT_MAX),
     "unclean.leader.election.enable": _bool,
+    # KIP-1191: the topic may be a share group's dead-letter topic
+    "errors.deadletterqueue.group.enable": _bool,
 }
+# Topic configs that no broker key sets: their defaults.
+TOPIC_FIXED_DEFAULTS: dict[str, Any] = {"errors.deadletterqueue.group.enable": False}
 # Topic config -> the broker key it defaults from (Kafka's synonyms): the topic defaults and
 # DescribeConfigs' config sources and synonyms read this one table.
 TOPIC_SYNONYMS: dict[str, str] = {

@@ -12,7 +12,15 @@ from gregor.protocol.share_state_records import SHARE_STATE_TOPIC
 from tests.support.group_checks import start_cluster
 from tests.support.group_load import leader_of, wait_full_isr
 from tests.support.replication import create_topic
-from tests.support.share_clients import poll_values, produce, share_consumer, start_group_at_earliest
+from tests.support.share_clients import (
+    DLQ,
+    consume_by_pattern,
+    poll_values,
+    produce,
+    read_all,
+    share_consumer,
+    start_group_at_earliest,
+)
 
 SHARE_OVERRIDES = {"share.coordinator.state.topic.num.partitions": "3",
                    "share.coordinator.state.topic.replication.factor": "3",
@@ -50,3 +58,26 @@ def test_a_killed_share_partition_leader_redelivers_only_what_was_not_acknowledg
     assert not accepted & set(again), "an acknowledged record was delivered again"
     assert sorted(again) == sorted(set(values) - accepted)
     cluster.restart(victim, timeout=60)
+
+
+def test_dead_letters_reach_a_dead_letter_partition_led_by_another_broker(cluster_factory):
+    """The share-partition leader produces each dead letter to the leader of its dead-letter
+    partition (source partition % partitions), wherever that is; acks=all."""
+    cluster = start_cluster(cluster_factory, **SHARE_OVERRIDES)
+    create_topic(cluster.bootstrap, "jobs", 3, 3, {"min.insync.replicas": "2"})
+    create_topic(cluster.bootstrap, "dlq.jobs", 2, 3, {"min.insync.replicas": "2", **DLQ})
+    wait_full_isr(cluster, "jobs", 3)
+    wait_full_isr(cluster, "dlq.jobs", 2)
+    start_group_at_earliest(cluster, "crew", **{"errors.deadletterqueue.topic.name": "dlq.jobs",
+                                                "errors.deadletterqueue.copy.record.enable": "true"})
+    produce(cluster.bootstrap, "jobs", [f"j{i}" for i in range(60)])
+    consume_by_pattern(cluster.bootstrap, "crew", "jobs", {0: ck.AcknowledgeType.REJECT, 1: ck.AcknowledgeType.ACCEPT},
+                       60)
+    letters = read_all(cluster.bootstrap, "dlq.jobs", 30, timeout=90)
+    assert sorted(int(m.key()) for m in letters) == list(range(0, 60, 2))
+    sources = {(m.partition(), int(dict(m.headers())["__dlq.errors.partition"])) for m in letters}
+    assert all(dlq == src % 2 for dlq, src in sources)
+    leaders = {p: leader_of(cluster, "jobs", p) for p in range(3)}
+    dlq_leaders = {p: leader_of(cluster, "dlq.jobs", p) for p in range(2)}
+    assert any(leaders[src] != dlq_leaders[dlq] for dlq, src in sources), \
+        f"no dead letter crossed brokers (leaders {leaders}, {dlq_leaders}): the test proves nothing"

@@ -120,7 +120,7 @@ def test_persisted_state_redelivers_what_was_not_acknowledged():
 
 
 # -- the property ---------------------------------------------------------------------------------
-ops = st.lists(st.tuples(st.sampled_from(["acquire", "ack", "advance", "leave", "restart", "produce"]),
+ops = st.lists(st.tuples(st.sampled_from(["acquire", "ack", "advance", "leave", "restart", "produce", "copied"]),
                          st.sampled_from(["a", "b", "c"]), st.integers(1, 6),
                          st.sampled_from([ACCEPT, RELEASE, REJECT, RENEW])), max_size=80)
 
@@ -149,13 +149,34 @@ def test_random_histories_with_runs_joined_at_every_step(history):
         share_partition.COALESCE_ABOVE = saved
 
 
-def run_history(history) -> None:  # type: ignore[no-untyped-def]
+@settings(max_examples=300, deadline=None)
+@given(history=ops)
+def test_random_histories_with_a_dead_letter_topic(history):
+    """With a dead-letter topic (KIP-1191) as well: what is given up is handed to the writer once
+    per load, is never delivered again nor accepted, and is archived only when its copy is done."""
+    run_history(history, dead_letters=True)
+
+
+def run_history(history, dead_letters: bool = False) -> None:  # type: ignore[no-untyped-def]
     limit = 3
-    p = SharePartition(0, record_lock_ms=50, delivery_count_limit=limit, max_in_flight=8)
+    p = SharePartition(0, record_lock_ms=50, delivery_count_limit=limit, max_in_flight=8, dead_letters=dead_letters)
     now, log_end = 0, 5
     accepted: set[int] = set()
     held: dict[str, list[int]] = {}
     deliveries: dict[int, int] = {}
+    handed: set[int] = set()  # given to the dead-letter writer in this load
+    copied: set[int] = set()  # dead-lettered and archived
+    pending: list[share_partition.DeadLetter] = []
+
+    def hand_out() -> None:
+        for letter in p.dead_letter_work():
+            assert dead_letters
+            for o in range(letter.first_offset, letter.last_offset + 1):
+                assert o not in accepted and o not in handed and o not in copied
+                assert p.in_flight[o].state == RecordState.ARCHIVING
+                handed.add(o)
+            pending.append(letter)
+
     for op, member, n, kind in history:
         if op == "produce":
             log_end += n
@@ -165,7 +186,7 @@ def run_history(history) -> None:  # type: ignore[no-untyped-def]
             for a in p.acquire(member, log_end, n, now):
                 for o in range(a.first_offset, a.last_offset + 1):
                     deliveries[o] = a.delivery_count
-                    assert a.delivery_count <= limit and o not in accepted
+                    assert a.delivery_count <= limit and o not in accepted and o not in handed and o not in copied
                     held.setdefault(member, []).append(o)
         elif op == "ack" and held.get(member):
             o = held[member].pop(0)
@@ -181,10 +202,17 @@ def run_history(history) -> None:  # type: ignore[no-untyped-def]
         elif op == "leave":
             p.release_member(member)
             held.pop(member, None)
+        elif op == "copied" and pending:
+            letter = pending.pop(0)
+            p.archived(letter.first_offset, letter.last_offset)
+            copied.update(range(letter.first_offset, letter.last_offset + 1))
         elif op == "restart":
             p = SharePartition.restore(p.start_offset, p.state_batches(), record_lock_ms=50,
-                                       delivery_count_limit=limit, max_in_flight=8)
+                                       delivery_count_limit=limit, max_in_flight=8, dead_letters=dead_letters)
             held.clear()
+            handed.clear()  # what was ARCHIVING is handed out again
+            pending.clear()
+        hand_out()
         # invariants: every offset below the end is accepted, archived, or still in flight
         assert all(o in p.in_flight or o < p.start_offset for o in range(p.end_offset))
         assert all(p.in_flight[o].state == RecordState.ACKNOWLEDGED for o in accepted if o in p.in_flight)
@@ -193,11 +221,45 @@ def run_history(history) -> None:  # type: ignore[no-untyped-def]
     for _ in range(20):
         now += 1000
         got = p.acquire("z", log_end, 100, now)
+        hand_out()
+        for letter in pending:
+            p.archived(letter.first_offset, letter.last_offset)
+        pending.clear()
         for a in got:
             assert not any(o in accepted for o in range(a.first_offset, a.last_offset + 1))
             p.acknowledge("z", [(a.first_offset, a.last_offset, ACCEPT)], now)
             accepted.update(range(a.first_offset, a.last_offset + 1))
     assert p.start_offset == log_end and p.in_flight == {}
+
+
+def test_with_a_dead_letter_topic_rejected_records_wait_archiving_for_their_copy():
+    p = sp(dead_letters=True)
+    p.acquire("a", 104, 10, 0)
+    p.acknowledge("a", [(100, 101, REJECT), (102, 102, ACCEPT), (103, 103, GAP)], 0)
+    assert p.in_flight[100].state == RecordState.ARCHIVING and p.start_offset == 100  # not terminal
+    assert p.in_flight[103].state == RecordState.ARCHIVED  # a gap is not a dead letter
+    assert p.dead_letter_work() == [share_partition.DeadLetter(100, 101, 1, share_partition.REJECTED)]
+    assert p.dead_letter_work() == []  # handed out once
+    assert p.acquire("b", 104, 10, 0) == []  # never delivered again
+    assert p.archived(100, 101) == 2
+    assert (p.start_offset, p.in_flight) == (104, {})
+
+
+def test_with_a_dead_letter_topic_the_delivery_limit_dead_letters_and_a_restart_hands_out_again():
+    p = sp(dead_letters=True)
+    p.acquire("a", 101, 10, 0)
+    for _ in range(2):
+        p.acknowledge("a", [(100, 100, RELEASE)], 0)
+        p.acquire("a", 101, 10, 0)
+    p.acknowledge("a", [(100, 100, RELEASE)], 0)  # the third delivery released: the limit (3)
+    assert p.dead_letter_work() == [share_partition.DeadLetter(100, 100, 3, share_partition.LIMIT_REACHED)]
+    batches = p.state_batches()
+    assert batches == [StateBatch(100, 100, RecordState.ARCHIVING, 3)]
+    q = SharePartition.restore(100, batches, record_lock_ms=1000, delivery_count_limit=3, max_in_flight=10,
+                               dead_letters=True)
+    assert q.dead_letter_work() == [share_partition.DeadLetter(100, 100, 3, share_partition.LIMIT_REACHED)]
+    r = SharePartition.restore(100, batches, record_lock_ms=1000, delivery_count_limit=3, max_in_flight=10)
+    assert r.start_offset == 101  # no dead-letter topic any more: archived
 
 
 def test_records_deleted_from_the_log_leave_the_window():

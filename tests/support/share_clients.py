@@ -12,9 +12,9 @@ import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+def create(bootstrap: str, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the answer: it is the futures' handle
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, partitions, 1, config=configs or {})])[topic].result(30)
 
 
 def produce(bootstrap: str, topic: str, values: list[str]) -> None:
@@ -47,12 +47,68 @@ def poll_values(c: ck.ShareConsumer, until: float, want: int | None = None) -> l
     return out
 
 
-def start_group_at_earliest(broker: Any, group: str) -> None:
-    """share.auto.offset.reset=earliest for the group (IncrementalAlterConfigs on GROUP)."""
+def start_group_at_earliest(broker: Any, group: str, **configs: str) -> None:
+    """share.auto.offset.reset=earliest for the group, and ``configs`` (IncrementalAlterConfigs on
+    GROUP)."""
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "earliest", **configs})
+
+
+def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """Raises the admin client's KafkaException when the broker refuses them."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
     for f in admin.incremental_alter_configs([resource]).values():
         f.result(30)
+
+
+DLQ = {"errors.deadletterqueue.group.enable": "true"}  # the topic config of a dead-letter topic
+
+
+def consume_by_pattern(bootstrap: str, group: str, topic: str, pattern: dict[int, ck.AcknowledgeType], n: int,
+                       timeout: float = 90) -> dict[int, list[int]]:
+    """Acknowledge record i (its key) with pattern[i % len(pattern)] until every one of the ``n``
+    was accepted or rejected, or was released as often as the limit allows (three quiet seconds);
+    returns each key's delivery counts."""
+    deliveries: dict[int, list[int]] = {}
+    with share_consumer(bootstrap, group, topic, explicit=True) as c:
+        deadline = time.monotonic() + timeout
+        quiet_since = None
+        while time.monotonic() < deadline:
+            msgs = [m for m in c.poll(0.5) if m.error() is None]
+            for m in msgs:
+                i = int(m.key())
+                deliveries.setdefault(i, []).append(m.delivery_count())
+                c.acknowledge(m, pattern[i % len(pattern)])
+            if msgs:
+                c.commit_sync()
+                quiet_since = None
+            elif len(deliveries) == n:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 3:
+                    break
+    return deliveries
+
+
+def read_all(bootstrap: str, topic: str, want: int, timeout: float = 60) -> list[ck.Message]:
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{topic}-{time.monotonic_ns()}",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    out: list[ck.Message] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and len(out) < want:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                out.append(m)
+        if len(out) == want:  # and nothing more comes
+            end = time.monotonic() + 2
+            while time.monotonic() < end:
+                m = c.poll(0.3)
+                if m is not None and m.error() is None:
+                    out.append(m)
+    finally:
+        c.close()
+    return out

@@ -19,6 +19,7 @@ from gregor.cluster.producer_ids import ProducerIdManager
 from gregor.cluster.topic_admin import TopicAdmin
 from gregor.config import BrokerConfig
 from gregor.coordinator.group.service import GroupCoordinatorService
+from gregor.coordinator.share.dead_letters import DeadLetterWriter
 from gregor.coordinator.share.persister import Persister
 from gregor.coordinator.share.service import ShareService
 from gregor.coordinator.share.share_partitions import SharePartitionManager, ShareSettings
@@ -32,6 +33,7 @@ from gregor.metrics.registry import BrokerMetrics
 from gregor.metrics.share_groups import ShareMetrics
 from gregor.metrics.telemetry import LeaderSink, TelemetryWriter
 from gregor.metrics.transactions import TransactionMetrics
+from gregor.replication.leader_producer import LeaderProducer
 from gregor.replication.single_node import SingleNodeReplicas
 from gregor.security.acl import Authorizer, parse_super_users
 from gregor.security.listeners import Listener
@@ -101,7 +103,8 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
                                     create_topic_at_start=create_internal_topics_at_start)
     share_state = ShareStateService(config, registry, logs, topics.create_topic, cluster, replicas,
                                     replication_factor=share_replication_factor)
-    shares = _share_delivery(config, logs, replicas, share_state, cluster, dynamic_configs)
+    shares = _share_delivery(config, logs, replicas, share_state, cluster, dynamic_configs, registry,
+                             topics.create_topic)
     if metrics is not None:
         metrics.shares = ShareMetrics(shares.partitions.views, lambda t, p: _high_watermark(logs, t, p))
     acl_store: AclStore | None = None
@@ -124,15 +127,21 @@ def _high_watermark(logs: LogManager, topic: str, partition: int) -> int | None:
 
 
 def _share_delivery(config: BrokerConfig, logs: LogManager, replicas: Any, share_state: ShareStateService,
-                    cluster: ClusterMetadata, dynamic_configs: DynamicConfigs) -> ShareService:
+                    cluster: ClusterMetadata, dynamic_configs: DynamicConfigs, registry: TopicRegistry,
+                    create_topic: Callable[..., Any]) -> ShareService:
     """Share groups' delivery: the share-partitions led here, their state through the share
-    coordinator, the share sessions."""
+    coordinator, the share sessions, the dead-letter copies."""
 
     def settings(group_id: str) -> ShareSettings:
         values = dynamic_configs.group_config(group_id)[0]
         return ShareSettings(int(values["share.record.lock.duration.ms"]), int(values["share.delivery.count.limit"]),
                              int(values["share.partition.max.record.locks"]), str(values["share.auto.offset.reset"]),
-                             values["share.isolation.level"] == "read_committed")
+                             values["share.isolation.level"] == "read_committed",
+                             str(values["errors.deadletterqueue.topic.name"]),
+                             values["errors.deadletterqueue.copy.record.enable"] == "true")
 
-    partitions = SharePartitionManager(logs, replicas, Persister(share_state, cluster), settings)
+    dead_letters = DeadLetterWriter(config, registry, create_topic,
+                                    LeaderProducer(cluster, replicas, f"gregor-{cluster.node_id}-dead-letters"))
+    partitions = SharePartitionManager(logs, replicas, Persister(share_state, cluster), settings,
+                                       dead_letters=dead_letters)
     return ShareService(partitions, settings, logs.notifier.wait, config["group.share.max.share.sessions"])

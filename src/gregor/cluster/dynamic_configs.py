@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,7 @@ SERVED = frozenset({
     "log.message.timestamp.type", "log.cleaner.backoff.ms",
 })
 # Kafka's dynamic broker keys that mean nothing on one node (accepted in server.properties too)
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _LISTENER_SASL = frozenset({
     "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config", "sasl.enabled.mechanisms",
     "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor",
@@ -101,10 +103,15 @@ GROUP_KEYS: dict[str, tuple[str, Any, tuple[str, int] | None, tuple[str, int] | 
                                          ("", 10000)),
     "share.auto.offset.reset": ("", "latest", None, None),
     "share.isolation.level": ("", "read_uncommitted", None, None),
+    # KIP-1191: where the group's undeliverable records are copied (blank: nowhere)
+    "errors.deadletterqueue.topic.name": ("", "", None, None),
+    "errors.deadletterqueue.copy.record.enable": ("", "false", None, None),
 }
+DEAD_LETTER_TOPIC = "errors.deadletterqueue.topic.name"
 # the values a string group config may take
 GROUP_CHOICES = {"share.auto.offset.reset": ("latest", "earliest"),
-                 "share.isolation.level": ("read_uncommitted", "read_committed")}
+                 "share.isolation.level": ("read_uncommitted", "read_committed"),
+                 "errors.deadletterqueue.copy.record.enable": ("true", "false")}
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -286,6 +293,22 @@ class DynamicConfigs:
             values.update(overrides)
         return values, overrides
 
+    def _dead_letter_topic(self, name: str) -> str:
+        """A share group's dead-letter topic as set: blank, or a legal topic name that is not
+        internal and has the cluster's prefix (errors.deadletterqueue.topic.name.prefix); whether
+        the topic allows it is checked when a record is dead-lettered, as Kafka."""
+        if not name:
+            return ""
+        if len(name) > 249 or name in (".", "..") or not _TOPIC_NAME.fullmatch(name):
+            raise KafkaError(ErrorCode.invalid_config, f"{DEAD_LETTER_TOPIC}: {name!r} is not a legal topic name")
+        if name.startswith("__"):
+            raise KafkaError(ErrorCode.invalid_config, f"{DEAD_LETTER_TOPIC}: {name!r} starts with __")
+        prefix = str(self.config["errors.deadletterqueue.topic.name.prefix"])
+        if prefix and not name.startswith(prefix):
+            raise KafkaError(ErrorCode.invalid_config, f"{DEAD_LETTER_TOPIC}: {name!r} does not start with {prefix!r} "
+                             "(errors.deadletterqueue.topic.name.prefix)")
+        return name
+
     def preview_group(self, group_id: str, entries: list[tuple[str, str | None, int]],
                       current: dict[str, str] | None = None) -> dict[str, str]:
         """The group's overrides after ``entries`` (key, value, operation) applied to ``current``
@@ -319,6 +342,8 @@ class DynamicConfigs:
                     raise KafkaError(ErrorCode.invalid_config,
                                      f"{key} must be between {low} and {high} (the broker's bounds), got {n}")
                 new[key] = str(n)
+            elif key == DEAD_LETTER_TOPIC:
+                new[key] = self._dead_letter_topic(str(value or "").strip())
             else:
                 if value not in GROUP_CHOICES[key]:
                     raise KafkaError(ErrorCode.invalid_config, f"{key} must be {' or '.join(GROUP_CHOICES[key])}")

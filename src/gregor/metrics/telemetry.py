@@ -33,11 +33,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from gregor.cluster.broker_client import BrokerClients, BrokerUnreachable
-from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import build_batch
 from gregor.protocol.telemetry_records import TELEMETRY_TOPIC, home_partition, record_key
+from gregor.replication.leader_producer import LeaderProducer
 
 if TYPE_CHECKING:
     from gregor.cluster.metadata import ClusterMetadata
@@ -157,10 +156,8 @@ class LeaderSink:
     dropped and logged: telemetry must never hold the broker up."""
 
     def __init__(self, cluster: ClusterMetadata, replicas: ReplicaManager, timeout_ms: int = 5000) -> None:
-        self.cluster = cluster
         self.replicas = replicas
-        self.timeout_ms = timeout_ms
-        self._clients = BrokerClients(f"gregor-{cluster.node_id}-telemetry", timeout_ms)
+        self._producer = LeaderProducer(cluster, replicas, f"gregor-{cluster.node_id}-telemetry", timeout_ms)
 
     async def __call__(self, partition: int, batch: bytes) -> None:
         if self.replicas.leads(TELEMETRY_TOPIC, partition):
@@ -169,24 +166,9 @@ class LeaderSink:
             except KafkaError as e:  # leadership moved this instant, or the disk failed
                 log.warning("telemetry for %s-%d dropped this interval: %s", TELEMETRY_TOPIC, partition, e.message)
             return
-        leader = self.cluster.partition(TELEMETRY_TOPIC, partition).leader
-        endpoint = self.cluster.broker(leader) if leader >= 0 and leader != self.cluster.node_id else None
-        if endpoint is None:
-            log.warning("telemetry for %s-%d dropped this interval: the partition has no live leader",
-                        TELEMETRY_TOPIC, partition)
-            return
-        client = await self._clients.for_broker(leader, endpoint.host, endpoint.port)
-        try:
-            resp = await client.request(ApiKey.PRODUCE, 9, {
-                "transactional_id": None, "acks": 1, "timeout": self.timeout_ms,
-                "topic_data": [{"name": TELEMETRY_TOPIC, "partition_data": [{"index": partition, "records": batch}]}]})
-        except BrokerUnreachable as e:
-            log.warning("telemetry for %s-%d dropped this interval: %s", TELEMETRY_TOPIC, partition, e)
-            return
-        code = resp.responses[0].partition_responses[0].error_code
-        if code:
-            log.warning("telemetry for %s-%d dropped this interval: broker %d answered %s", TELEMETRY_TOPIC,
-                        partition, leader, ErrorCode(code).name.upper())
+        code, message = await self._producer.produce(TELEMETRY_TOPIC, partition, batch, acks=1)
+        if code != ErrorCode.none:
+            log.warning("telemetry for %s-%d dropped this interval: %s", TELEMETRY_TOPIC, partition, message)
 
     async def close(self) -> None:
-        await self._clients.close()
+        await self._producer.close()

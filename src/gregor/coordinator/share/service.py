@@ -88,6 +88,7 @@ class ShareService:
     async def stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+        await self.partitions.close()
         await self.partitions.persister.close()
 
     async def reset_offsets(self, group: str, partitions: list[tuple[str, int, uuid.UUID, int]]

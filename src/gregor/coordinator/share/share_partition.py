@@ -9,7 +9,11 @@ offset (SPEO) the next offset never handed out. Between them every offset is *in
   number of times it was delivered;
 - ACKNOWLEDGED: processed (ACCEPT) — terminal;
 - ARCHIVED: rejected (REJECT), a gap, or delivered ``delivery_count_limit`` times without being
-  accepted — terminal.
+  accepted — terminal;
+- ARCHIVING (KIP-1191, when the group has a dead-letter topic: ``dead_letters``): rejected or
+  delivered too often, waiting for its copy in the dead-letter topic; never delivered again, not
+  terminal (the SPSO stays before it) until ``archived`` says the copy was written (or given up).
+  ``dead_letter_work`` hands each such range out once; a restored one is handed out again.
 
 ``acquire`` hands out AVAILABLE in-flight offsets first (redeliveries, in offset order), then new
 offsets from the SPEO up to what the fetch read, never more than ``max_in_flight`` offsets past the
@@ -27,12 +31,14 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 
 class RecordState(enum.IntEnum):  # Kafka's RecordState ids
     AVAILABLE = 0
     ACQUIRED = 1
     ACKNOWLEDGED = 2
+    ARCHIVING = 3  # KIP-1191
     ARCHIVED = 4
 
 
@@ -46,7 +52,11 @@ class AcknowledgeType(enum.IntEnum):  # ShareAcknowledge / ShareFetch acknowledg
 
 TERMINAL = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 COALESCE_ABOVE = 64  # runs; past that, neighbours in the same state are joined again
-STATS = ("acquired", "redelivered", "accepted", "released", "rejected", "archived_at_limit", "lock_timeouts")
+STATS = ("acquired", "redelivered", "accepted", "released", "rejected", "archived_at_limit", "lock_timeouts",
+         "dead_lettered", "dead_letter_failures")
+# why a record is dead-lettered (the __dlq.errors.message header, Kafka's words)
+REJECTED = "Offset rejected by client."
+LIMIT_REACHED = "Offset delivery count exceeded the threshold."
 _KINDS = frozenset(int(k) for k in AcknowledgeType)
 
 
@@ -74,9 +84,15 @@ class Run:
     delivery_count: int = 0
     member: str | None = None
     lock_expires_ms: int = 0
+    cause: str | None = None  # ARCHIVING: why (REJECTED, LIMIT_REACHED; None after a restore)
+    handed_out: bool = False  # ARCHIVING: given to the dead-letter writer
 
     def piece(self, first: int, last: int) -> Run:
-        return Run(first, last, self.state, self.delivery_count, self.member, self.lock_expires_ms)
+        return Run(first, last, self.state, self.delivery_count, self.member, self.lock_expires_ms, self.cause,
+                   self.handed_out)
+
+    def key(self) -> tuple[object, ...]:
+        return (self.state, self.delivery_count, self.member, self.lock_expires_ms, self.cause, self.handed_out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +100,16 @@ class Acquired:
     first_offset: int
     last_offset: int
     delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Offsets to copy to the dead-letter topic, with their delivery count and why."""
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+    cause: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +122,7 @@ class StateBatch:
 
 class SharePartition:
     def __init__(self, start_offset: int, record_lock_ms: int = 30_000, delivery_count_limit: int = 5,
-                 max_in_flight: int = 2000) -> None:
+                 max_in_flight: int = 2000, dead_letters: bool = False) -> None:
         if delivery_count_limit < 1 or max_in_flight < 1 or record_lock_ms < 1:
             raise ValueError("record_lock_ms, delivery_count_limit and max_in_flight must be positive")
         self.start_offset = start_offset
@@ -104,6 +130,7 @@ class SharePartition:
         self.record_lock_ms = record_lock_ms
         self.delivery_count_limit = delivery_count_limit
         self.max_in_flight = max_in_flight
+        self.dead_letters = dead_letters
         # the in-flight offsets [start_offset, end_offset) as runs, in order, without holes
         self.runs: list[Run] = []
         # what happened to records here since the share-partition was loaded (metrics), by STATS' names
@@ -117,8 +144,10 @@ class SharePartition:
 
     # -- restore ---------------------------------------------------------------------------------
     @classmethod
-    def restore(cls, start_offset: int, batches: list[StateBatch], **settings: int) -> SharePartition:
-        """From persisted state: what was ACQUIRED comes back AVAILABLE."""
+    def restore(cls, start_offset: int, batches: list[StateBatch], **settings: Any) -> SharePartition:
+        """From persisted state: what was ACQUIRED comes back AVAILABLE, what was ARCHIVING is
+        handed out to the dead-letter writer again (ARCHIVED if the group has no dead-letter
+        topic now)."""
         sp = cls(start_offset, **settings)
         at = start_offset
         for b in sorted(batches, key=lambda b: b.first_offset):
@@ -129,7 +158,9 @@ class SharePartition:
                 sp.runs.append(Run(at, first - 1, RecordState.AVAILABLE))
             state = RecordState.AVAILABLE if b.state == RecordState.ACQUIRED else b.state
             if state == RecordState.AVAILABLE and b.delivery_count >= sp.delivery_count_limit:
-                state = RecordState.ARCHIVED  # delivered as often as allowed (its lock ended with the leader)
+                state = RecordState.ARCHIVING  # delivered as often as allowed (its lock ended with the leader)
+            if state == RecordState.ARCHIVING and not sp.dead_letters:
+                state = RecordState.ARCHIVED
             sp.runs.append(Run(first, b.last_offset, state, b.delivery_count))
             at = b.last_offset + 1
         sp.end_offset = at
@@ -173,7 +204,7 @@ class SharePartition:
             if r.state == RecordState.AVAILABLE:
                 if r.delivery_count >= self.delivery_count_limit:  # never past the limit
                     self.stats["archived_at_limit"] += r.last - r.first + 1
-                    self._settle(r, RecordState.ARCHIVED)
+                    self._give_up(r, LIMIT_REACHED)
                 else:
                     last = min(r.last, log_end - 1, r.first + left - 1)
                     if last < r.last:
@@ -226,9 +257,10 @@ class SharePartition:
                 if kind == AcknowledgeType.ACCEPT:
                     self.stats["accepted"] += n
                     self._settle(r, RecordState.ACKNOWLEDGED)
-                elif kind in (AcknowledgeType.REJECT, AcknowledgeType.GAP):
-                    if kind == AcknowledgeType.REJECT:
-                        self.stats["rejected"] += n
+                elif kind == AcknowledgeType.REJECT:
+                    self.stats["rejected"] += n
+                    self._give_up(r, REJECTED)
+                elif kind == AcknowledgeType.GAP:
                     self._settle(r, RecordState.ARCHIVED)
                 elif kind == AcknowledgeType.RELEASE:
                     self.stats["released"] += n
@@ -240,13 +272,47 @@ class SharePartition:
     def _settle(self, r: Run, state: RecordState) -> None:
         r.state, r.member, r.lock_expires_ms = state, None, 0
 
+    def _give_up(self, r: Run, cause: str) -> None:
+        """Never delivered again: ARCHIVING for the dead-letter topic, else ARCHIVED."""
+        if self.dead_letters:
+            self._settle(r, RecordState.ARCHIVING)
+            r.cause, r.handed_out = cause, False
+        else:
+            self._settle(r, RecordState.ARCHIVED)
+
     def _release(self, r: Run) -> None:
-        """Back to AVAILABLE, or ARCHIVED once delivered ``delivery_count_limit`` times."""
+        """Back to AVAILABLE, or given up once delivered ``delivery_count_limit`` times."""
         if r.delivery_count >= self.delivery_count_limit:
             self.stats["archived_at_limit"] += r.last - r.first + 1
-            self._settle(r, RecordState.ARCHIVED)
+            self._give_up(r, LIMIT_REACHED)
         else:
             self._settle(r, RecordState.AVAILABLE)
+
+    # -- dead letters (KIP-1191) ----------------------------------------------------------------------
+    def dead_letter_work(self) -> list[DeadLetter]:
+        """The ARCHIVING ranges not handed out yet, now handed out (each once)."""
+        out: list[DeadLetter] = []
+        for r in self.runs:
+            if r.state == RecordState.ARCHIVING and not r.handed_out:
+                r.handed_out = True
+                cause = r.cause or (LIMIT_REACHED if r.delivery_count >= self.delivery_count_limit else REJECTED)
+                out.append(DeadLetter(r.first, r.last, r.delivery_count, cause))
+        return out
+
+    def archived(self, first: int, last: int) -> int:
+        """The dead-letter copies of [first, last] are written (or given up): those still ARCHIVING
+        become ARCHIVED; returns how many."""
+        first, last = max(first, self.start_offset), min(last, self.end_offset - 1)
+        if first > last:
+            return 0
+        n = 0
+        for r in self._span(first, last):
+            if r.state == RecordState.ARCHIVING:
+                self._settle(r, RecordState.ARCHIVED)
+                r.cause, r.handed_out = None, False
+                n += r.last - r.first + 1
+        self._advance()
+        return n
 
     # -- locks and members -----------------------------------------------------------------------
     def expire(self, now_ms: int) -> int:
@@ -317,8 +383,7 @@ class SharePartition:
         out: list[Run] = []
         for r in self.runs:
             last = out[-1] if out else None
-            if last is not None and (last.state, last.delivery_count, last.member, last.lock_expires_ms) == (
-                    r.state, r.delivery_count, r.member, r.lock_expires_ms):
+            if last is not None and last.key() == r.key():
                 last.last = r.last
             else:
                 out.append(r)

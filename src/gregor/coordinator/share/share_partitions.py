@@ -17,6 +17,11 @@ coordinator on first use and written back through it (persister.py).
   records for another delivery (after ``share.delivery.count.limit`` deliveries they are archived).
 - Losing the leadership of a partition drops its share-partitions here; the next leader loads
   them from the share coordinator.
+- **Dead letters** (KIP-1191): with a dead-letter topic set for the group, what is rejected or
+  delivered too often waits ARCHIVING while dead_letters.py copies it, then is archived (and the
+  state written); a share-partition loaded with ARCHIVING records copies them again.
+- The group's settings are read on every fetch and acknowledgement: a group config changed while
+  its consumers run applies to their next records.
 
 Every share-partition has a lock: its fetches, acknowledgements and writes run one at a time."""
 
@@ -30,10 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gregor.coordinator.share.dead_letters import DeadLetterFailed, DeadLetterWriter
 from gregor.coordinator.share.persister import Persister
 from gregor.coordinator.share.share_partition import (
     AcknowledgeType,
     Acquired,
+    DeadLetter,
     InvalidRecordState,
     RecordState,
     SharePartition,
@@ -88,12 +95,17 @@ class ShareSettings:
     max_in_flight: int
     auto_offset_reset: str
     read_committed: bool
+    dead_letter_topic: str = ""  # errors.deadletterqueue.topic.name
+    dead_letter_copy: bool = False  # errors.deadletterqueue.copy.record.enable
 
 
 class SharePartitionManager:
     def __init__(self, logs: Any, replicas: Any, persister: Persister,
-                 settings: Callable[[str], ShareSettings], clock: Callable[[], int] = now_ms) -> None:
+                 settings: Callable[[str], ShareSettings], clock: Callable[[], int] = now_ms,
+                 dead_letters: DeadLetterWriter | None = None) -> None:
         self.logs = logs
+        self.dead_letters = dead_letters
+        self._tasks: set[asyncio.Task[None]] = set()
         self.replicas = replicas
         self.persister = persister
         self.settings = settings
@@ -143,8 +155,8 @@ class SharePartitionManager:
         # the group's settings as they are now, after the wait: in a cluster a group config set
         # just before the first fetch may reach this broker while the state is read
         s = self.settings(held.key.group)
-        params = {"record_lock_ms": s.record_lock_ms, "delivery_count_limit": s.delivery_count_limit,
-                  "max_in_flight": s.max_in_flight}
+        params: dict[str, Any] = {"record_lock_ms": s.record_lock_ms, "delivery_count_limit": s.delivery_count_limit,
+                  "max_in_flight": s.max_in_flight, "dead_letters": bool(s.dead_letter_topic)}
         if stored is not None:
             batches = [StateBatch(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
                        for b in stored.batches]
@@ -160,7 +172,59 @@ class SharePartitionManager:
                      held.topic, held.key.partition, start, s.auto_offset_reset)
         sp.advance_start(plog.log_start_offset)
         held.sp = sp
+        self._dispatch(held, sp, plog)
         return sp
+
+    def _apply(self, held: Held, sp: SharePartition) -> ShareSettings:
+        """The group's settings as they are now, on the share-partition."""
+        s = self.settings(held.key.group)
+        sp.record_lock_ms, sp.delivery_count_limit = s.record_lock_ms, s.delivery_count_limit
+        sp.max_in_flight, sp.dead_letters = s.max_in_flight, bool(s.dead_letter_topic)
+        return s
+
+    # -- dead letters ----------------------------------------------------------------------------------
+    def _dispatch(self, held: Held, sp: SharePartition, plog: Any) -> None:
+        """Start the copies of what became ARCHIVING."""
+        for letter in sp.dead_letter_work():
+            task = asyncio.get_running_loop().create_task(self._dead_letter(held, sp, plog, letter))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _dead_letter(self, held: Held, sp: SharePartition, plog: Any, letter: DeadLetter) -> None:
+        group, partition = held.key.group, held.key.partition
+        n = letter.last_offset - letter.first_offset + 1
+        s = self.settings(group)
+        if self.dead_letters is None or not s.dead_letter_topic:
+            log.info("share group %s %s-%d: offsets %d-%d archived without a dead-letter copy (the group has no "
+                     "dead-letter topic now)", group, held.topic, partition, letter.first_offset, letter.last_offset)
+        else:
+            try:
+                await self.dead_letters.write(group, held.topic, partition, plog, letter, s.dead_letter_topic,
+                                              s.dead_letter_copy)
+                sp.stats["dead_lettered"] += n
+            except DeadLetterFailed as e:
+                sp.stats["dead_letter_failures"] += n
+                log.error("share group %s %s-%d: offsets %d-%d archived without a dead-letter copy: %s", group,
+                          held.topic, partition, letter.first_offset, letter.last_offset, e)
+            except Exception:  # a defect: logged, and the records archived all the same
+                sp.stats["dead_letter_failures"] += n
+                log.exception("share group %s %s-%d: the dead-letter copy of offsets %d-%d failed", group,
+                              held.topic, partition, letter.first_offset, letter.last_offset)
+        async with held.lock:
+            if held.sp is not sp or self.held.get((group, held.topic, partition)) is not held:
+                return  # loaded again (reset, or another leader): that load copies them again
+            sp.archived(letter.first_offset, letter.last_offset)
+            try:
+                await self._persist(held)
+            except KafkaError as e:
+                log.warning("share group %s %s-%d: writing the state after dead letters failed (written with the "
+                            "next change): %s", group, held.topic, partition, e.message)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self.dead_letters is not None:
+            await self.dead_letters.producer.close()
 
     async def _persist(self, held: Held) -> None:
         sp = held.sp
@@ -180,7 +244,9 @@ class SharePartitionManager:
             held, plog = self._open(group, topic, partition, topic_id)
             async with held.lock:
                 sp = await self._load(held, plog)
-                return self._acquire(held, sp, plog, member, max_records, max_bytes)
+                out = self._acquire(held, sp, plog, member, max_records, max_bytes)
+                self._dispatch(held, sp, plog)
+                return out
         except KafkaError as e:
             if e.code in STATE_UNAVAILABLE:
                 # the share coordinator cannot answer yet (its topic is being created, its leader
@@ -193,12 +259,12 @@ class SharePartitionManager:
     def _acquire(self, held: Held, sp: SharePartition, plog: Any, member: str, max_records: int,
                  max_bytes: int) -> FetchedPartition:
         now = self.clock()
+        s = self._apply(held, sp)
         sp.expire(now)
         sp.advance_start(plog.log_start_offset)
         offset = sp.next_fetch_offset()
         if offset < 0:
             return FetchedPartition()
-        s = self.settings(held.key.group)
         bound = plog.last_stable_offset if s.read_committed else plog.high_watermark
         if offset >= bound:
             return FetchedPartition()
@@ -240,11 +306,13 @@ class SharePartitionManager:
             held, plog = self._open(group, topic, partition, topic_id)
             async with held.lock:
                 sp = await self._load(held, plog)
+                self._apply(held, sp)
                 try:
                     sp.acknowledge(member, batches, self.clock())
                 except InvalidRecordState as e:
                     return ErrorCode.invalid_record_state, str(e)
                 await self._persist(held)
+                self._dispatch(held, sp, plog)
             return ErrorCode.none, None
         except KafkaError as e:
             return e.code, e.message
@@ -256,12 +324,16 @@ class SharePartitionManager:
             if held is None or held.sp is None:
                 continue
             async with held.lock:
-                if held.sp is not None and held.sp.release_member(member):
+                sp = held.sp
+                if sp is not None and sp.release_member(member):
                     try:
                         await self._persist(held)
                     except KafkaError as e:
                         log.warning("share group %s %s-%d: writing the state after member %s left failed: %s",
                                     group, topic, partition, member, e.message)
+                    plog = self.logs.get(topic, partition)
+                    if plog is not None:
+                        self._dispatch(held, sp, plog)
 
     def forget(self, group: str, topic: str, partition: int) -> None:
         """No share session of the group fetches the partition here any more: its state (all of
