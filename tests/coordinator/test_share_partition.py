@@ -183,7 +183,8 @@ def run_history(history, dead_letters: bool = False) -> None:  # type: ignore[no
         elif op == "advance":
             now += n * 20
         elif op == "acquire":
-            for a in p.acquire(member, log_end, n, now):
+            ends = list(range(3, log_end, 3)) + [log_end] if n % 2 else []  # batch-optimised or strict
+            for a in p.acquire(member, log_end, n, now, ends):
                 for o in range(a.first_offset, a.last_offset + 1):
                     deliveries[o] = a.delivery_count
                     assert a.delivery_count <= limit and o not in accepted and o not in handed and o not in copied
@@ -273,3 +274,11 @@ def test_records_deleted_from_the_log_leave_the_window():
     assert p.start_offset == 110
     p.advance_start(200)  # past everything: nothing in flight, the next fetch starts there
     assert (p.start_offset, p.end_offset, p.next_fetch_offset()) == (200, 200, 200)
+
+
+def test_batch_optimised_acquisition_runs_to_the_batch_end_but_not_far_past_the_limit():
+    p = SharePartition(0, record_lock_ms=1000, delivery_count_limit=3, max_in_flight=1000)
+    ends = [4, 8, 300]  # batches 0-3, 4-7, 8-299
+    assert p.acquire("a", 300, 5, 0, ends) == [Acquired(0, 7, 1)]  # the batch the limit falls in, whole
+    assert p.acquire("b", 300, 5, 0, ends) == [Acquired(8, 12, 1)]  # 292 more than asked: strict
+    assert p.acquire("c", 300, 5, 0) == [Acquired(13, 17, 1)]  # record_limit

@@ -12,6 +12,8 @@ from gregor.coordinator.share.service import Acks, PartitionAnswer, ShareAnswer,
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
 
+BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1  # ShareFetch v2's ShareAcquireMode
+
 
 def _names(ctx: RequestContext, topic_ids: set[Any]) -> dict[Any, str]:
     out = {}
@@ -83,6 +85,11 @@ def _by_topic(ctx: RequestContext, answer: ShareAnswer, names: dict[Any, str], f
 
 @handles(ApiKey.SHARE_FETCH, 1, 2, protocol="share")
 async def share_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    mode = int(getattr(req, "share_acquire_mode", BATCH_OPTIMIZED))  # KIP-1206, v2
+    if mode not in (BATCH_OPTIMIZED, RECORD_LIMIT):
+        return {"throttle_time": 0, "error_code": ErrorCode.invalid_request,
+                "error_message": f"unknown share acquire mode {mode}", "acquisition_lock_timeout": 0,
+                "responses": [], "node_endpoints": []}
     ids = {t.topic_id for t in req.topics} | {t.topic_id for t in req.forgotten_topics_data}
     names = _names(ctx, ids)
     readable = _readable(ctx, names)
@@ -102,7 +109,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     answer = await ctx.shares.share_fetch(
         req.group_id or "", req.member_id or "", req.share_session_epoch, wanted, forgotten, acks,
         req.max_records, min(max(req.max_bytes, 0), ctx.config["fetch.max.bytes"]), req.max_wait.total_seconds(),
-        ctx.shares.connection_token(ctx.connection_state))
+        ctx.shares.connection_token(ctx.connection_state), record_limit=mode == RECORD_LIMIT)
     answer.partitions += refused
     return {"throttle_time": 0, "error_code": answer.error, "error_message": answer.message,
             "acquisition_lock_timeout": answer.lock_timeout_ms,

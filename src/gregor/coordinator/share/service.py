@@ -159,7 +159,7 @@ class ShareService:
 
     async def share_fetch(self, group: str, member: str, epoch: int, wanted: list[tuple[str, int, uuid.UUID]],
                           forgotten: list[TP], acks: Acks, max_records: int, max_bytes: int, max_wait_s: float,
-                          token: object) -> ShareAnswer:
+                          token: object, record_limit: bool = False) -> ShareAnswer:
         if epoch == FINAL_EPOCH and wanted:
             return ShareAnswer(ErrorCode.invalid_request, "a ShareFetch that closes its share session cannot fetch")
         try:
@@ -171,7 +171,7 @@ class ShareService:
         for tp, (topic_id, batches) in acks.items():
             by_tp[tp] = await self._acknowledge(group, member, tp, topic_id, batches)
         if epoch != FINAL_EPOCH:
-            await self._fetch(group, member, session, by_tp, max_records, max_bytes, max_wait_s)
+            await self._fetch(group, member, session, by_tp, max_records, max_bytes, max_wait_s, record_limit)
         if self.sessions.finish(session, epoch):
             await self._session_ended(session)
         answer.partitions = list(by_tp.values())
@@ -203,7 +203,7 @@ class ShareService:
         return out
 
     async def _fetch(self, group: str, member: str, session: ShareSession, by_tp: dict[TP, PartitionAnswer],
-                     max_records: int, max_bytes: int, max_wait_s: float) -> None:
+                     max_records: int, max_bytes: int, max_wait_s: float, record_limit: bool) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(max_wait_s, 0.0)
         tps = list(session.partitions)
@@ -215,7 +215,7 @@ class ShareService:
                 if budget_records <= 0 or budget_bytes <= 0:
                     break
                 fetched = await self.partitions.fetch(group, member, tp[0], tp[1], topic_id, budget_records,
-                                                      budget_bytes)
+                                                      budget_bytes, record_limit)
                 entry = by_tp.setdefault(tp, PartitionAnswer(topic_id, tp[1]))
                 if fetched.error:
                     entry.error, entry.message = fetched.error, fetched.message

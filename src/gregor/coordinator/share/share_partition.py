@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,9 +191,18 @@ class SharePartition:
         return self.runs[i:j + 1]
 
     # -- acquire ---------------------------------------------------------------------------------
-    def acquire(self, member: str, log_end: int, max_records: int, now_ms: int) -> list[Acquired]:
+    def acquire(self, member: str, log_end: int, max_records: int, now_ms: int,
+                batch_ends: Sequence[int] = ()) -> list[Acquired]:
         """Hand ``member`` up to ``max_records`` offsets below ``log_end`` (the end of what its
-        fetch read): AVAILABLE in-flight offsets first, then new ones from the SPEO."""
+        fetch read): AVAILABLE in-flight offsets first, then new ones from the SPEO.
+
+        ``batch_ends`` (the next offsets of the batches read, in order) asks for KIP-1206's
+        batch-optimised acquisition: new offsets run to the end of the batch the limit falls in
+        (within the in-flight limit), so that a consumer is rarely sent records it did not
+        acquire, but at most ``max_records`` past the limit (Kafka takes the whole batch: one
+        producer batch of 10,000 records would all go to one consumer asking for 500, and the
+        others of its share group would wait); without them the limit is strict
+        (``share.acquire.mode=record_limit``)."""
         self.expire(now_ms)
         out: list[Acquired] = []
         left = max_records
@@ -216,6 +226,10 @@ class SharePartition:
             i += 1
         room = self.max_in_flight - (self.end_offset - self.start_offset)
         n = min(left, log_end - self.end_offset, room)
+        if n > 0 and batch_ends:
+            at = bisect.bisect_left(batch_ends, self.end_offset + n)
+            if at < len(batch_ends) and batch_ends[at] - self.end_offset - n <= max_records:
+                n = min(batch_ends[at] - self.end_offset, log_end - self.end_offset, room)
         if n > 0:
             r = Run(self.end_offset, self.end_offset + n - 1, RecordState.AVAILABLE)
             self.runs.append(r)

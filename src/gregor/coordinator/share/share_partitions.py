@@ -239,12 +239,13 @@ class SharePartitionManager:
 
     # -- fetch -----------------------------------------------------------------------------------------
     async def fetch(self, group: str, member: str, topic: str, partition: int, topic_id: uuid.UUID,
-                    max_records: int, max_bytes: int) -> FetchedPartition:
+                    max_records: int, max_bytes: int, record_limit: bool = False) -> FetchedPartition:
+        """``record_limit``: KIP-1206's strict mode (at most ``max_records``); else whole batches."""
         try:
             held, plog = self._open(group, topic, partition, topic_id)
             async with held.lock:
                 sp = await self._load(held, plog)
-                out = self._acquire(held, sp, plog, member, max_records, max_bytes)
+                out = self._acquire(held, sp, plog, member, max_records, max_bytes, record_limit)
                 self._dispatch(held, sp, plog)
                 return out
         except KafkaError as e:
@@ -257,7 +258,7 @@ class SharePartitionManager:
             return FetchedPartition(error=e.code, message=e.message)
 
     def _acquire(self, held: Held, sp: SharePartition, plog: Any, member: str, max_records: int,
-                 max_bytes: int) -> FetchedPartition:
+                 max_bytes: int, record_limit: bool) -> FetchedPartition:
         now = self.clock()
         s = self._apply(held, sp)
         sp.expire(now)
@@ -280,7 +281,8 @@ class SharePartitionManager:
         read_records = headers[-1].next_offset - headers[0].base_offset
         if read_records > 0:
             held.bytes_per_record = 0.7 * held.bytes_per_record + 0.3 * (len(data) / read_records)
-        acquired = sp.acquire(member, headers[-1].next_offset, max(max_records, 1), now)
+        ends = () if record_limit else [h.next_offset for h in headers]
+        acquired = sp.acquire(member, headers[-1].next_offset, max(max_records, 1), now, ends)
         # transaction markers are not records, and a read_committed group never sees an aborted
         # transaction's: both archived at once, never delivered
         controls = [(h.base_offset, h.last_offset) for h in headers if h.attributes & CONTROL_FLAG]
