@@ -91,3 +91,22 @@ def test_chunked_evaluation_equals_the_whole(seed):
         chunks = [table.slice(i, size) for i in range(0, len(rows), size)]
         got = Counter(tuple(r.values()) for t in windows.evaluate_stream(iter(chunks), w) for r in t.to_pylist())
         assert got == whole, (size, (got - whole).most_common(2), (whole - got).most_common(2))
+
+
+def test_share_rows_count_redeliveries_per_broker_series_and_keep_their_columns():
+    """A share-partition's ``redelivered`` counter becomes served_redelivered like ``messages``
+    (a delta within a broker series, the counter itself after a restart); the share columns
+    pass through."""
+    base = {"group": "q", "topic": "t", "partition": 0, "broker": 1, "bytes": None, "log_end": 100, "lag": 10,
+            "time_lag_s": 0.0, "state": "Stable", "members": 2, "commit_ts": None, "kind": "share", "stuck": 3,
+            "in_flight": 4, "archived": 1, "dead_lettered": 1}
+    rows = [{**base, "ts": 1000, "broker_start": 0, "messages": 10, "redelivered": 0, "committed": 80},
+            {**base, "ts": 2000, "broker_start": 0, "messages": 30, "redelivered": 5, "committed": 85},
+            {**base, "ts": 3000, "broker_start": 0, "messages": 50, "redelivered": 12, "committed": 90},
+            {**base, "ts": 4000, "broker_start": 3500, "messages": 6, "redelivered": 2, "committed": 95}]
+    table = pa.Table.from_pylist(rows, schema=arrow_schema_of(TELEMETRY_FIELDS)).select(list(windows.INPUT_FIELDS))
+    out = windows.evaluate_table(table, 3).to_pylist()
+    assert [r["served_redelivered"] for r in out] == [None, 5, 7, 2]
+    assert [r["served_messages"] for r in out] == [None, 20, 20, 6]
+    assert all((r["kind"], r["stuck"], r["in_flight"], r["archived"], r["dead_lettered"]) == ("share", 3, 4, 1, 1)
+               for r in out)

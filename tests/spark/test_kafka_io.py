@@ -19,7 +19,10 @@ def test_telemetry_values_that_are_not_records_are_skipped():
             "commit_ts": 4, "added_later": True}
     older = {k: v for k, v in good.items() if k not in ("members", "commit_ts", "added_later")}
     rows = parse([json.dumps(good).encode(), None, json.dumps(older).encode()])
-    assert rows[0] == {k: v for k, v in good.items() if k != "added_later"}
+    # fields a record does not carry (older writers; the share groups' on consumer rows) are null
+    assert rows[0] == {**dict.fromkeys(name for name, _ in TELEMETRY_FIELDS),
+                       **{k: v for k, v in good.items() if k != "added_later"}}
+    assert rows[0]["kind"] is None and rows[0]["redelivered"] is None
     assert rows[1]["members"] is None and rows[1]["commit_ts"] is None and rows[1]["lag"] == 2
     rows = parse([b"not json", json.dumps(good).encode(), b'{"ts": "soon"}', b"[1]"])
     assert [r["group"] for r in rows] == ["g"]

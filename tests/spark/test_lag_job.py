@@ -22,7 +22,8 @@ def test_spark_evaluation_matches_the_rules(spark):
         # distinct times: the order of equal ones is not defined after a shuffle
         histories[group] = [{**r, "ts": r["ts"] + i} for i, r in enumerate(history(rng, rng.randint(1, 9)))]
         samples += [(r["ts"], r["broker"], r["broker_start"], group, "t", 0, r["messages"], r["bytes"], r["committed"],
-                     r["log_end"], r["lag"], r["time_lag_s"], r["state"], r["members"], r["commit_ts"])
+                     r["log_end"], r["lag"], r["time_lag_s"], r["state"], r["members"], r["commit_ts"],
+                     "consumer", None, None, None, None, None)
                     for r in histories[group]]
     tel = spark.createDataFrame(samples, TELEMETRY_SCHEMA)
     got: dict[str, list] = {}

@@ -13,6 +13,9 @@ Timeline (seconds), telemetry every 0.5 s, status window 7 samples (3 s):
   7     rewound commits offsets 40 lower;
   8.5   t_eval: the statuses are checked at this sample;
   9     the producer stops; the report is cut (--until) 1.5 s later, when lags are exact.
+
+Beside them a share group (KIP-932), ``queue``, consumes the same topic with a ShareConsumer that
+releases every fourth record at its first delivery (delivered again) and accepts everything else.
 """
 
 from __future__ import annotations
@@ -26,7 +29,15 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    AcknowledgeType,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    ShareConsumer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gregor.lagreport import charts, rules
@@ -60,6 +71,8 @@ class Workload:
         self.errors: list[BaseException] = []
         self.threads: list[threading.Thread] = []
         self.committed: dict[str, dict[int, int]] = {}
+        self.share_deliveries = [0, 0]  # of the share group, per partition: first deliveries and again
+        self.share_redeliveries = [0, 0]
 
     def spawn(self, fn, *args) -> None:
         def guarded() -> None:
@@ -132,6 +145,22 @@ class Workload:
         self.committed["rewound"] = committed_of(c)
         c.close()
 
+    def share_queue(self) -> None:
+        c = ShareConsumer({"bootstrap.servers": self.bootstrap, "group.id": "queue", "client.id": "queue-app",
+                           "share.acknowledgement.mode": "explicit", "max.poll.records": 50})
+        c.subscribe([TOPIC])
+        while not self.stop.is_set():
+            msgs = [m for m in c.poll(0.1) if m.error() is None]
+            for m in msgs:
+                self.share_deliveries[m.partition()] += 1
+                if m.delivery_count() > 1:
+                    self.share_redeliveries[m.partition()] += 1
+                release = m.offset() % 4 == 0 and m.delivery_count() == 1
+                c.acknowledge(m, AcknowledgeType.RELEASE if release else AcknowledgeType.ACCEPT)
+            if msgs:
+                c.commit_sync()
+        c.close()
+
     def run_until(self, c: Consumer, second: float) -> None:
         while time.time() < self.t0 + second:
             c.poll(0.05)
@@ -145,7 +174,8 @@ class Workload:
         self.t0 = time.time()
         self.producing.set()
         self.spawn(self.produce)
-        for fn in (self.healthy, self.slow_member, self.slow_member, self.stalled, self.stopped, self.rewound):
+        for fn in (self.healthy, self.slow_member, self.slow_member, self.stalled, self.stopped, self.rewound,
+                   self.share_queue):
             self.spawn(fn)
         self.at(8.5)
         self.marks["eval"] = time.time()
@@ -260,6 +290,22 @@ def test_summary_and_report_files(report):
     assert page.count("<svg") == 4
     for external in ("<script", "<link", 'src="http', 'href="http', "url(http"):  # self-contained
         assert external not in page
+
+
+def test_share_groups_in_the_report(report):
+    """The share group's partitions: the start offset caught up with the log end, the lag 0, OK,
+    and about a fifth of its deliveries were redeliveries (every fourth record released once)."""
+    w, out, summary = report
+    shares = read_table(out, "share_partitions").set_index(["group", "partition"])
+    for p in (0, 1):
+        row = shares.loc[("queue", p)]
+        assert row["log_end"] == w.produced[p] and row["lag"] == 0 and row["start_offset"] == w.produced[p]
+        assert row["status"] == rules.OK and row["stuck"] == 0 and row["in_flight"] == 0
+        assert 0.1 < row["redelivery_rate"] < 0.3, row.to_dict()
+        assert row["delivered"] <= w.share_deliveries[p] and row["redelivered"] <= w.share_redeliveries[p]
+    assert {s["group"] for s in summary["share_partitions"]} == {"queue"}
+    assert {g["group"]: g["status"] for g in summary["groups"]}["queue"] == rules.OK
+    assert 'id="share-groups"' in (out / "report.html").read_text()
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

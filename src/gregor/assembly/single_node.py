@@ -106,7 +106,8 @@ def _common(config: BrokerConfig, registry: TopicRegistry, logs: LogManager, clu
     shares = _share_delivery(config, logs, replicas, share_state, cluster, dynamic_configs, registry,
                              topics.create_topic)
     if metrics is not None:
-        metrics.shares = ShareMetrics(shares.partitions.views, lambda t, p: _high_watermark(logs, t, p))
+        metrics.shares = ShareMetrics(shares.partitions.views, lambda t, p: _high_watermark(logs, t, p),
+                                      shares.sessions.members_of)
     acl_store: AclStore | None = None
     if config["authorizer.class.name"]:
         authorizer = Authorizer(parse_super_users(config["super.users"]), config["allow.everyone.if.no.acl.found"])

@@ -5,7 +5,9 @@
 TELEMETRY_FIELDS = (("ts", "long"), ("broker", "int"), ("broker_start", "long"), ("group", "string"),
                     ("topic", "string"), ("partition", "int"), ("messages", "long"), ("bytes", "long"),
                     ("committed", "long"), ("log_end", "long"), ("lag", "long"), ("time_lag_s", "double"),
-                    ("state", "string"), ("members", "int"), ("commit_ts", "long"))
+                    ("state", "string"), ("members", "int"), ("commit_ts", "long"), ("kind", "string"),
+                    ("redelivered", "long"), ("stuck", "long"), ("in_flight", "long"), ("archived", "long"),
+                    ("dead_lettered", "long"))
 COMMITS_FIELDS = (("group", "string"), ("topic", "string"), ("partition", "int"), ("offset", "long"),
                   ("commit_ts", "long"), ("metadata", "string"))
 TELEMETRY_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in TELEMETRY_FIELDS)

@@ -25,7 +25,12 @@ Tables (under ``<out>/tables/``):
 - ``partition_status`` and ``group_status``: the newest evaluation of each partition / group;
 - ``top_lagging``: the groups with the most lag at their newest sample;
 - ``broker_serving``: per group/topic/partition and broker, what that broker served in the
-  period and when it served.
+  period and when it served;
+- ``share_partitions``: share groups (KIP-932), per group/topic/partition at its newest sample:
+  the start offset, lag, time lag and status (the rules above, the start offset standing for the
+  committed offset), records in flight and ``stuck`` (delivered more than once and not done),
+  ``archived`` and ``dead_lettered`` (counters of its current leader), and over the period the
+  records ``delivered``, ``redelivered`` and the ``redelivery_rate`` (redelivered / delivered).
 
 The timeline tables are on a grid of ``bucket_ms`` (``--bucket``, default the telemetry interval
 inferred from the data): brokers write on timers of their own, so their samples are never at
@@ -54,7 +59,7 @@ log = logging.getLogger(__name__)
 KEY = ["group", "topic", "partition"]
 STATUS_RANK = {rules.OK: 0, rules.WARNING: 1, rules.STALL: 2, rules.STOP: 3, rules.REWIND: 4}
 TABLES = ("samples", "commits", "group_timeline", "partition_throughput", "partition_status", "group_status",
-          "top_lagging", "broker_serving")
+          "top_lagging", "broker_serving", "share_partitions")
 DEFAULT_BUCKET_MS = 10_000  # the broker's default telemetry.interval.ms, when the data shows none
 CARRY_BUCKETS = 2  # how many buckets past its own a sample may stand for when its successor is late
 
@@ -269,6 +274,15 @@ def derive(spark: Any, samples: Any, paths: dict[str, Path], top: int, bucket_ms
                                  "bytes_per_s", "members", *status_counts, "status", F.lit(step).alias("bucket_ms")),
                          paths["group_timeline"])
         partition_status = newest_samples.result()
+        delivered = (samples.where(F.col("kind") == "share").groupBy("group", "topic", "partition")
+                     .agg(F.sum("served_messages").alias("delivered"),
+                          F.sum("served_redelivered").alias("redelivered")))
+        shares = pool.submit(_save, spark, partition_status.where(F.col("kind") == "share").select(
+            "group", "topic", "partition", "ts", F.col("committed").alias("start_offset"), "log_end", "lag",
+            "time_lag_s", "status", "members", "in_flight", "stuck", "archived", "dead_lettered")
+            .join(delivered, ["group", "topic", "partition"], "left")
+            .withColumn("redelivery_rate", F.when(F.col("delivered") > 0, F.col("redelivered") / F.col("delivered"))),
+            paths["share_partitions"])
         newest = partition_status.groupBy("group").agg(F.max("ts").alias("last_seen"), F.max("last_commit_ts").alias(
             "last_commit_ts"), F.max("state").alias("state"))
         newest_bucket = timeline.groupBy("group").agg(F.max("ts").alias("ts"))
@@ -290,6 +304,7 @@ def derive(spark: Any, samples: Any, paths: dict[str, Path], top: int, bucket_ms
               paths["top_lagging"])
         throughput.result()
         serving.result()
+        shares.result()
     return step
 
 

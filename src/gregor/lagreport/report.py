@@ -37,6 +37,7 @@ class Summary:
     partitions: list[dict[str, Any]] = field(default_factory=list)  # not OK, worst first
     serving: list[dict[str, Any]] = field(default_factory=list)  # per group and broker, in the groups' order
     bucket_ms: int | None = None  # the timeline's grid
+    shares: list[dict[str, Any]] = field(default_factory=list)  # share-partitions, worst first
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(rules.GROUP_STATUSES, 0)
@@ -48,7 +49,7 @@ class Summary:
         return {"from_ms": self.t0, "to_ms": self.t1, "samples": self.samples, "window": self.window,
                 "bucket_ms": self.bucket_ms, "brokers": self.brokers(), "status_counts": self.counts(),
                 "groups": self.groups, "top_lagging": self.top_lagging, "partitions_not_ok": self.partitions,
-                "serving": self.serving}
+                "serving": self.serving, "share_partitions": self.shares}
 
     def brokers(self) -> list[int]:
         """The brokers that served consumption in the period."""
@@ -148,8 +149,10 @@ def summarise(paths: dict[str, Path], opts: JobOptions) -> Summary:
         served_by.setdefault(r["group"], []).append(r["broker"])
     for g in group_rows:
         g["served_by"] = served_by.get(g["group"], [])
+    shares = _ranked(_read(paths["share_partitions"]), STATUS_RANK, ("lag", "descending"), ("group", "ascending"),
+                     ("topic", "ascending"), ("partition", "ascending")).slice(0, TABLE_ROWS)
     return Summary(bounds["min"], bounds["max"], samples, opts.window, group_rows, top.to_pylist(),
-                   partitions.to_pylist(), serving, bucket_ms)
+                   partitions.to_pylist(), serving, bucket_ms, shares.to_pylist())
 
 
 def chart_frames(paths: dict[str, Path], summary: Summary) -> dict[str, Any]:
@@ -229,6 +232,18 @@ def _group_rows(groups: list[dict[str, Any]]) -> list[list[str]]:
              f'{e(g["worst_partition"] or "-")} {_badge(g["worst_partition_status"])}', _when(g["last_commit_ts"]),
              e(_brokers(g.get("served_by", [])))]
             for g in groups[:TABLE_ROWS]]
+
+
+def _share_rows(shares: list[dict[str, Any]]) -> list[list[str]]:
+    e = html.escape
+    return [[e(s["group"]), e(f'{s["topic"]}-{s["partition"]}'), _badge(s["status"]), _num(s["start_offset"]),
+             _num(s["lag"]), _num(s["time_lag_s"], 1), _num(s["members"]), _num(s["delivered"]),
+             f'{s["redelivery_rate"] * 100:.1f}%' if s["redelivery_rate"] is not None else "-", _num(s["in_flight"]),
+             _num(s["stuck"]), _num(s["archived"]), _num(s["dead_lettered"])] for s in shares]
+
+
+SHARE_HEADERS = ["share group", "partition", "status", "start offset", "lag", "time lag (s)", "members",
+                 "delivered", "redelivered", "in flight", "stuck", "archived", "dead-lettered"]
 
 
 def _serving_rows(serving: list[dict[str, Any]]) -> list[list[str]]:
@@ -314,6 +329,13 @@ ending and another beginning.</p>{_table(SERVING_HEADERS, _serving_rows(summary.
 <section><h2>Partitions not OK</h2>{_table(["group", "partition", "status", "committed", "log end", "lag",
                                              "time lag (s)", "members", "last commit"], part_rows,
                                             "Every partition is OK.")}</section>
+<section id="share-groups"><h2>Share groups</h2><p class="note">Share-partitions (KIP-932) at their newest sample:
+the start offset stands for the committed offset in the statuses; redelivered is the share of deliveries in the period
+that were not a record's first; stuck counts in-flight records delivered more than once and not done; archived and
+dead-lettered count what the partition's current leader gave up on.</p>{_table(SHARE_HEADERS,
+                                                                                _share_rows(summary.shares),
+                                                                                "No share groups in this period.")}
+</section>
 <section><h2>How statuses are decided</h2>{RULES_HTML}</section>
 </main></body></html>
 """
@@ -335,6 +357,12 @@ def terminal_summary(summary: Summary, html_path: Path, tables_dir: Path) -> str
     lines += format_table(header, rows)
     if len(summary.groups) > 20:
         lines.append(f"... {len(summary.groups) - 20} more groups in the report")
+    if summary.shares:
+        lines += ["", "Share groups:"]
+        lines += format_table(["GROUP", "PARTITION", "STATUS", "LAG", "REDELIVERED", "STUCK", "DEAD-LETTERED"],
+                              [[s["group"], f'{s["topic"]}-{s["partition"]}', s["status"] or "-", _num(s["lag"]),
+                                f'{s["redelivery_rate"] * 100:.1f}%' if s["redelivery_rate"] is not None else "-",
+                                _num(s["stuck"]), _num(s["dead_lettered"])] for s in summary.shares[:20]])
     if summary.top_lagging:
         lines += ["", "Top lagging: " + ", ".join(f'{g["group"]} ({_num(g["total_lag"])})'
                                                   for g in summary.top_lagging[:5])]

@@ -42,21 +42,26 @@ from gregor.lagreport import rules
 
 KEY = ("group", "topic", "partition")
 INPUT_FIELDS = (*KEY, "broker", "ts", "broker_start", "messages", "bytes", "committed", "log_end", "lag",
-                "time_lag_s", "state", "members", "commit_ts")
+                "time_lag_s", "state", "members", "commit_ts", "kind", "redelivered", "stuck", "in_flight", "archived",
+                "dead_lettered")
+# share groups' columns (see gregor.metrics.telemetry), passed through as read
+SHARE_FIELDS = (("kind", "string"), ("stuck", "long"), ("in_flight", "long"), ("archived", "long"),
+                ("dead_lettered", "long"))
 OUTPUT_FIELDS = (("group", "string"), ("topic", "string"), ("partition", "int"), ("broker", "int"), ("ts", "long"),
                  ("committed", "long"), ("log_end", "long"), ("lag", "long"), ("time_lag_s", "double"),
                  ("state", "string"), ("members", "int"), ("messages", "long"), ("bytes", "long"),
                  ("served_since", "long"), ("served_messages", "long"), ("served_bytes", "long"),
                  ("messages_per_s", "double"), ("bytes_per_s", "double"), ("last_commit_ts", "long"),
                  ("window_samples", "long"), ("status", "string"), ("latest", "boolean"),
-                 ("next_series_ts", "long"), ("next_status_ts", "long"))
+                 ("next_series_ts", "long"), ("next_status_ts", "long"), ("served_redelivered", "long"),
+                 *SHARE_FIELDS)
 OUTPUT_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in OUTPUT_FIELDS)
 _STATUS_CODES = (rules.OK, rules.WARNING, rules.STALL, rules.STOP, rules.REWIND)
 # what a sample's evaluation fixes, carried with it between chunks (evaluate_stream): the series
 # part once the sample has been seen, the status part once its membership is decided
 _SERIES_FIXED = ("has_prev", "spacing", "members", "served_since", "served_since_ok", "messages_per_s",
                  "messages_per_s_ok", "bytes_per_s", "bytes_per_s_ok", "served_messages", "served_messages_ok",
-                 "served_bytes", "served_bytes_ok")
+                 "served_bytes", "served_bytes_ok", "served_redelivered", "served_redelivered_ok")
 _STATUS_FIXED = ("member", "window_samples", "code")
 _NEXT_FIXED = ("next_series", "next_series_ok", "next_status", "next_status_ok")
 _FIXED = (*_SERIES_FIXED, *_STATUS_FIXED, *_NEXT_FIXED)
@@ -230,6 +235,7 @@ def _evaluate(table: Any, window: int, final: bool = True,
 
     served_messages, served_messages_ok, messages_per_s, messages_per_s_ok = counter("messages")
     served_bytes, served_bytes_ok, bytes_per_s, bytes_per_s_ok = counter("bytes")
+    served_redelivered, served_redelivered_ok, _rate, _rate_ok = counter("redelivered")  # share groups
     served_since = np.empty(n, dtype=np.int64)  # where the span the deltas and rates cover begins
     served_since[so] = np.where(has_prev, _shift(ts_s), ts_s - span)
     served_since_ok = np.empty(n, dtype=bool)
@@ -254,7 +260,8 @@ def _evaluate(table: Any, window: int, final: bool = True,
               "messages_per_s": messages_per_s, "messages_per_s_ok": messages_per_s_ok, "bytes_per_s": bytes_per_s,
               "bytes_per_s_ok": bytes_per_s_ok, "served_messages": served_messages,
               "served_messages_ok": served_messages_ok, "served_bytes": served_bytes,
-              "served_bytes_ok": served_bytes_ok}
+              "served_bytes_ok": served_bytes_ok, "served_redelivered": served_redelivered,
+              "served_redelivered_ok": served_redelivered_ok}
     if fx is not None:
         series = {name: np.where(seen, fx[name], values) for name, values in series.items()}
 
@@ -323,7 +330,9 @@ def _evaluate(table: Any, window: int, final: bool = True,
         bytes_per_s=masked(series["bytes_per_s"], series["bytes_per_s_ok"]),
         last_commit_ts=t.column("commit_ts"), window_samples=masked(window_samples, member), status=status,
         latest=pa.array(latest), next_series_ts=masked(next_series, next_series_ok),
-        next_status_ts=masked(next_status, next_status_ok))
+        next_status_ts=masked(next_status, next_status_ok),
+        served_redelivered=masked(series["served_redelivered"], series["served_redelivered_ok"]),
+        **{name: t.column(name) for name, _ in SHARE_FIELDS})
     out = pa.Table.from_arrays([columns[name].cast(schema.field(name).type) for name, _ in OUTPUT_FIELDS],
                                schema=schema)
     info = {**series, "member": member, "decided": decided, "window_samples": window_samples, "code": code,

@@ -6,8 +6,9 @@ share-partitions loaded on this broker (their leader: coordinator/share/share_pa
 - ``gregor_share_partition_start_offset`` and ``..._end_offset``: the window;
 - ``gregor_share_partition_lag``: records from the start offset to the high watermark whose
   delivery is not complete (KIP-1226's share-partition lag);
-- counters since the share-partition was loaded here: acquired, redelivered, accepted, released,
-  rejected, archived at the delivery count limit, and lock timeouts.
+- counters since this broker started leading the share-partition: acquired, redelivered, accepted,
+  released, rejected, archived at the delivery count limit, lock timeouts, dead-lettered (copied to
+  the group's dead-letter topic, KIP-1191) and dead-letter failures (archived without the copy).
 
 One series set per (group, partition) loaded here: as many as the share groups consume."""
 
@@ -27,9 +28,11 @@ LABELS = ["group", "topic", "partition"]
 
 
 class ShareMetrics:
-    def __init__(self, views: Views, high_watermark: HighWatermark) -> None:
+    def __init__(self, views: Views, high_watermark: HighWatermark,
+                 members: Callable[[str], int] = lambda group: 0) -> None:
         self.views = views
         self.high_watermark = high_watermark
+        self.members = members  # a share group's members with a share session on this broker
 
     def collect(self) -> Iterator[Any]:
         records = GaugeMetricFamily("gregor_share_partition_records", "In-flight records of a share-partition "

@@ -6,9 +6,20 @@ One record per group/topic/partition per interval; key ``group/topic/partition``
 (the record timestamp is ``ts``):
 
     {"ts": 1764000000000, "broker": 0, "broker_start": 1763990000000, "group": "billing",
-     "topic": "orders", "partition": 3, "messages": 120345, "bytes": 9876543,
+     "topic": "orders", "partition": 3, "kind": "consumer", "messages": 120345, "bytes": 9876543,
      "committed": 120300, "log_end": 120400, "lag": 100, "time_lag_s": 1.7, "state": "Stable", "members": 3,
      "commit_ts": 1763999990000}
+
+``kind`` is ``consumer`` (classic and consumer-protocol groups) or ``share`` (share groups,
+KIP-932: one row per share-partition, from its leader). A share row's ``committed`` is the
+share-partition start offset (every record before it is acknowledged or archived), ``lag`` the
+records from there to the high watermark whose delivery is not complete (KIP-1226), ``commit_ts``
+when the start offset was seen to move, ``messages`` the deliveries (acquisitions; ``bytes`` is
+null), ``members`` the most of the coordinator's count and the members fetching here, and it
+adds ``redelivered`` (a counter of deliveries after the first), ``stuck`` (in-flight records
+delivered more than once and not done), ``in_flight`` (acquired now), ``archived`` (a counter of
+records rejected or delivered too often) and ``dead_lettered`` (a counter of those copied to the
+group's dead-letter topic).
 
 ``commit_ts`` is when the committed offset was last committed (null without a commit).
 ``messages`` and ``bytes`` are counters since ``broker_start`` (a new start resets them: readers
@@ -33,6 +44,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from gregor.coordinator.share.share_partition import RecordState
 from gregor.protocol.errors import ErrorCode, KafkaError
 from gregor.protocol.records import build_batch
 from gregor.protocol.telemetry_records import TELEMETRY_TOPIC, home_partition, record_key
@@ -67,6 +79,8 @@ class TelemetryWriter:
         self.partitions = partitions
         self.started_ms = int(time.time() * 1000)
         self._homes: dict[tuple[str, int], int] = {}
+        # share-partition -> (its start offset, when that was first seen: the "commit" time)
+        self._share_starts: dict[tuple[str, str, int], tuple[int, int | None]] = {}
 
     def start(self) -> None:
         """Create the topic now (one node), rather than at the first write (a cluster: once the
@@ -120,10 +134,42 @@ class TelemetryWriter:
         for (group_id, topic, partition), r in sorted(rows.items()):
             state, members = states.get(group_id, ("", 0))
             out.append({"ts": now_ms, "broker": self.node_id, "broker_start": self.started_ms, "group": group_id,
-                        "topic": topic, "partition": partition, "messages": r.get("messages", 0),
+                        "topic": topic, "partition": partition, "kind": "consumer", "messages": r.get("messages", 0),
                         "bytes": r.get("bytes", 0), "committed": r["committed"], "log_end": r["log_end"],
                         "lag": r["lag"], "time_lag_s": r["time_lag_s"], "state": state,
                         "members": members, "commit_ts": r["commit_ts"]})
+        return out + self.share_rows(states, now_s)
+
+    def share_rows(self, states: dict[str, tuple[str, int]], now_s: float) -> list[dict[str, Any]]:
+        """One row per share-partition led here (see the module's docstring)."""
+        shares = self.metrics.shares
+        if shares is None:
+            return []
+        now_ms = int(now_s * 1000)
+        out = []
+        for group_id, topic, partition, sp in shares.views():
+            hw = self.logs.high_watermark(topic, partition)
+            if hw is None:
+                continue
+            counts = sp.counts()
+            start = sp.start_offset
+            key = (group_id, topic, partition)
+            seen = self._share_starts.get(key)
+            if seen is None or seen[0] != start:  # when the start offset moved (first seen: not known)
+                seen = self._share_starts[key] = (start, now_ms if seen is not None else None)
+            state, members = states.get(group_id, ("", 0))
+            stats = sp.stats
+            out.append({"ts": now_ms, "broker": self.node_id, "broker_start": self.started_ms, "group": group_id,
+                        "topic": topic, "partition": partition, "kind": "share", "messages": stats["acquired"],
+                        "bytes": None, "committed": start, "log_end": hw,
+                        "lag": max(hw - start - counts[RecordState.ACKNOWLEDGED] - counts[RecordState.ARCHIVED], 0),
+                        "time_lag_s": round(self.metrics.history.time_lag((topic, partition), start, hw, now_s), 3),
+                        "state": state or ("Stable" if shares.members(group_id) else ""),
+                        "members": max(members, shares.members(group_id)), "commit_ts": seen[1],
+                        "redelivered": stats["redelivered"], "stuck": sp.stuck(),
+                        "in_flight": counts[RecordState.ACQUIRED],
+                        "archived": stats["rejected"] + stats["archived_at_limit"],
+                        "dead_lettered": stats["dead_lettered"]})
         return out
 
     async def write(self) -> int:

@@ -309,12 +309,15 @@ class GroupCoordinatorShard:
 
     # -- read-only views (metrics, telemetry, fetch attribution) --------------------------------
     def summaries(self) -> Iterator[GroupSummary]:
-        """Every group's state, classic groups first, each by id."""
+        """Every group's state, classic groups first, then consumer-protocol and share groups,
+        each by id."""
         for group_id, g in sorted(self.groups.items()):
             yield GroupSummary(group_id, g.state.value, len(g.members), g.generation_id, g.rebalances,
                                g.last_rebalance_ms)
         for group_id, c in sorted(self.consumer_groups.items()):
             yield GroupSummary(group_id, c.state.value, len(c.members), c.group_epoch, c.rebalances, -1)
+        for group_id, sg in sorted(self.share_groups.items()):
+            yield GroupSummary(group_id, sg.state, len(sg.members), sg.group_epoch, 0, -1)
 
     def phase_of(self, group_id: str) -> GroupPhase | None:
         """A consumer-protocol group's phase and who holds it up (None: no such group here)."""

@@ -418,6 +418,11 @@ class SharePartition:
                 out.append(StateBatch(r.first, r.last, state, r.delivery_count))
         return out
 
+    def stuck(self) -> int:
+        """In-flight records delivered more than once and not done: what keeps failing."""
+        return sum(r.last - r.first + 1 for r in self.runs
+                   if r.delivery_count >= 2 and r.state in (RecordState.AVAILABLE, RecordState.ACQUIRED))
+
     def counts(self) -> dict[RecordState, int]:
         out = dict.fromkeys(RecordState, 0)
         for r in self.runs:

@@ -111,6 +111,9 @@ class SharePartitionManager:
         self.settings = settings
         self.clock = clock
         self.held: dict[tuple[str, str, int], Held] = {}
+        # what happened to each share-partition while this broker led it, across its loads here
+        # (a reset, leadership lost and gained again): counters for metrics and telemetry
+        self.stats: dict[tuple[str, str, int], dict[str, int]] = {}
         replicas.on_leadership.append(self.on_leadership)
 
     def on_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool) -> None:
@@ -144,11 +147,8 @@ class SharePartitionManager:
             if stored is None or stored.state_epoch != held.state_epoch:
                 log.info("share group %s %s-%d: its state was reset; loaded again", held.key.group, held.topic,
                          held.key.partition)
-                stats = held.sp.stats
                 held.sp = None
-                sp = await self._load(held, plog)
-                sp.stats = stats
-                return sp
+                return await self._load(held, plog)
         if held.sp is not None:
             return held.sp
         stored = await self.persister.read(held.key, held.leader_epoch)
@@ -171,6 +171,7 @@ class SharePartitionManager:
             log.info("share group %s starts %s-%d at offset %d (share.auto.offset.reset=%s)", held.key.group,
                      held.topic, held.key.partition, start, s.auto_offset_reset)
         sp.advance_start(plog.log_start_offset)
+        sp.stats = self.stats.setdefault((held.key.group, held.topic, held.key.partition), sp.stats)
         held.sp = sp
         self._dispatch(held, sp, plog)
         return sp

@@ -79,3 +79,7 @@ class ShareSessions:
     def remove(self, session: ShareSession) -> None:
         if self.sessions.get((session.group, session.member)) is session:
             del self.sessions[(session.group, session.member)]
+
+    def members_of(self, group: str) -> int:
+        """How many members of ``group`` have a share session here."""
+        return len({s.member for s in self.sessions.values() if s.group == group})
