@@ -12,7 +12,11 @@
 2. Acknowledgements (``ack``): a share consumer in explicit mode acknowledging every record
    (ACCEPT) and committing after each poll: acknowledged records per second, each commit answered
    once the state is written.
-3. Redelivery latency (``redeliver``): a consumer acquires records and never acknowledges them;
+3. Dead letters (KIP-1191): the same explicit consumer REJECTing every record, once without a
+   dead-letter topic and once with one (``errors.deadletterqueue.copy.record.enable=true``):
+   rejections per second for each, and the dead letters written per second (from the first
+   rejection until the dead-letter topic holds them all).
+4. Redelivery latency (``redeliver``): a consumer acquires records and never acknowledges them;
    with ``group.share.record.lock.duration.ms`` set to ``--lock-ms``, another consumer of the group
    receives them again: the time from the first acquisition to the redelivery, minus the lock
    (the broker's part), over ``--samples`` samples.
@@ -69,10 +73,11 @@ def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -
     assert p.flush(60) == 0
 
 
-def earliest(bootstrap: str, group: str) -> None:
+def earliest(bootstrap: str, group: str, **configs: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = {"share.auto.offset.reset": "earliest", **configs}
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in wanted.items()])
     for f in admin.incremental_alter_configs([resource]).values():
         f.result(30)
 
@@ -94,9 +99,14 @@ def consumer_group_rate(bootstrap: str, topic: str, records: int) -> float:
 
 
 def share_group_rate(bootstrap: str, topic: str, records: int, explicit: bool = False,
-                     max_poll_records: int = 5000) -> float:
+                     max_poll_records: int = 5000, ack: ck.AcknowledgeType = ck.AcknowledgeType.ACCEPT,
+                     dead_letters: str | None = None) -> tuple[float, float]:
+    """(records/s, seconds from the first record on); with ``dead_letters``, the group's dead-letter
+    topic."""
     group = f"sg-{uuid.uuid4()}"
-    earliest(bootstrap, group)
+    dlq = {"errors.deadletterqueue.topic.name": dead_letters,
+           "errors.deadletterqueue.copy.record.enable": "true"} if dead_letters else {}
+    earliest(bootstrap, group, **dlq)
     conf = {"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": max_poll_records, **QUIET}
     if explicit:
         conf["share.acknowledgement.mode"] = "explicit"
@@ -111,12 +121,31 @@ def share_group_rate(bootstrap: str, topic: str, records: int, explicit: bool = 
         got += len(msgs)
         if explicit and msgs:
             for m in msgs:
-                c.acknowledge(m, ck.AcknowledgeType.ACCEPT)
+                c.acknowledge(m, ack)
             c.commit_sync()
     c.commit_sync()
     elapsed = time.monotonic() - (started or time.monotonic())
     c.close()
-    return got / elapsed if elapsed > 0 else 0.0
+    return (got / elapsed if elapsed > 0 else 0.0), time.monotonic() - (started or time.monotonic())
+
+
+def dead_letter_rate(bootstrap: str, topic: str, records: int) -> tuple[float, float]:
+    """(rejections/s, dead letters written/s) of a share group rejecting every record."""
+    dlq = f"dlq.{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(dlq, 1, 1, config={"errors.deadletterqueue.group.enable": "true"})])[dlq].result(30)
+    rate, since_first = share_group_rate(bootstrap, topic, records, explicit=True, ack=ck.AcknowledgeType.REJECT,
+                                         dead_letters=dlq)
+    started = time.monotonic() - since_first
+    probe = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "dlq-probe", **QUIET})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if probe.get_watermark_offsets(ck.TopicPartition(dlq, 0), timeout=10)[1] >= records:
+            break
+        time.sleep(0.05)
+    written = time.monotonic() - started
+    probe.close()
+    return rate, records / written
 
 
 def redelivery_latency(bootstrap: str, topic: str, lock_ms: int) -> float:
@@ -171,14 +200,19 @@ def main(argv: list[str] | None = None) -> int:
                 if kind == "consumer":
                     rate = consumer_group_rate(bootstrap, topic, args.records)
                 else:
-                    rate = share_group_rate(bootstrap, topic, args.records, max_poll_records=args.max_poll_records)
+                    rate = share_group_rate(bootstrap, topic, args.records, max_poll_records=args.max_poll_records)[0]
                 into.append(rate)
                 print(f"  round {r + 1}: {kind} group {rate:,.0f} rec/s", file=out)
         figures["consumer_group_rec_s"] = statistics.median(cg)
         figures["share_group_rec_s"] = statistics.median(sg)
         figures["share_to_consumer_ratio"] = figures["share_group_rec_s"] / figures["consumer_group_rec_s"]
-        acks = share_group_rate(bootstrap, topic, min(args.records, 50_000), explicit=True)
-        figures["explicit_acks_per_s"] = acks
+        some = min(args.records, 50_000)
+        figures["explicit_acks_per_s"] = share_group_rate(bootstrap, topic, some, explicit=True)[0]
+        figures["explicit_rejects_per_s"] = share_group_rate(bootstrap, topic, some, explicit=True,
+                                                             ack=ck.AcknowledgeType.REJECT)[0]
+        rejects, written = dead_letter_rate(bootstrap, topic, some)
+        figures["explicit_rejects_dead_lettered_per_s"] = rejects
+        figures["dead_letters_written_per_s"] = written
         fill(bootstrap, "share-redeliver", 1, 50, 100)
         lat = [redelivery_latency(bootstrap, "share-redeliver", args.lock_ms) for _ in range(args.samples)]
         figures["redelivery_after_lock_s_median"] = statistics.median(lat)
@@ -187,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
           file=out)
     print(f"explicit ACCEPT of every record, commit_sync per poll: {figures['explicit_acks_per_s']:,.0f} acks/s",
           file=out)
+    print(f"explicit REJECT of every record: {figures['explicit_rejects_per_s']:,.0f}/s without a dead-letter topic, "
+          f"{figures['explicit_rejects_dead_lettered_per_s']:,.0f}/s with one (copying key and value); dead letters "
+          f"written {figures['dead_letters_written_per_s']:,.0f}/s", file=out)
     print(f"redelivery after a lock of {args.lock_ms} ms: {figures['redelivery_after_lock_s_median'] * 1000:.0f} ms "
           "past the lock (median)", file=out)
     if args.json:

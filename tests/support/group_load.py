@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -361,21 +360,38 @@ def commits_going_backwards(samples: list[tuple[float, dict[int, int]]]) -> list
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int, timeout: float = 10) -> dict[int, int]:
-    """The group's committed offsets (-1001 where none), as confluent-kafka's admin client reads
-    them (OffsetFetch at the coordinator it finds)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
+    """The group's committed offsets (-1001 where none), from OffsetFetch at the coordinator the
+    cluster names (Gregor's admin client; AdminError on any error, NOT_COORDINATOR included).
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
-    got = admin.list_consumer_group_offsets([req], request_timeout=timeout)[group].result(timeout)
-    return {tp.partition: tp.offset for tp in got.topic_partitions}
+    Not librdkafka's list_consumer_group_offsets: on a NOT_COORDINATOR answer, which a coordinator
+    moving in a controlled shutdown gives, librdkafka 2.16 calls rd_kafka_cgrp_op on an admin
+    client's null group handle (confluentinc/librdkafka#5040) and the process dies of SIGSEGV on a
+    librdkafka thread (signals are blocked there: no faulthandler output); it killed pytest workers
+    running test_group_failover's rolling restart."""
+    from gregor.admin.client import AdminClient as GregorAdmin
+    from gregor.admin.groups_cli import committed_offsets
+
+    admin = GregorAdmin(bootstrap, timeout=timeout)
+    try:
+        got = committed_offsets(admin, group)
+    finally:
+        admin.close()
+    return {p: got[(topic, p)][0] if (topic, p) in got else -1001 for p in range(partitions)}
 
 
 def described(bootstrap: str, group: str, timeout: float = 10) -> tuple[str, int]:
-    """(state name, number of members) as DescribeGroups answers."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    d = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout)
-    return d.state.name, len(d.members)
+    """(state name, number of members) as DescribeGroups answers (Gregor's admin client, for the
+    reason ``committed`` gives; AdminError on an error)."""
+    from gregor.admin.client import AdminClient as GregorAdmin
+    from gregor.admin.groups_cli import _describe_group
+
+    admin = GregorAdmin(bootstrap, timeout=timeout)
+    try:
+        g = _describe_group(admin, group)
+    finally:
+        admin.close()
+    return g.group_state.upper().replace("PREPARINGREBALANCE", "PREPARING_REBALANCE").replace(
+        "COMPLETINGREBALANCE", "COMPLETING_REBALANCE"), len(g.members)
 
 
 def partition_state(zk: KazooClient, topic: str, partition: int) -> zn.PartitionState | None:

@@ -136,14 +136,39 @@ def build_batch(
     body = bytearray()
     for r in recs:
         encode_record(body, r.offset - base, r.timestamp - base_ts, r.key, r.value, r.headers)
-    payload = compression.compress(codec, bytes(body))
+    return frame_batch(bytes(body), len(recs), recs[-1].offset - base, base_ts, max_ts, base_offset=base, codec=codec,
+                       producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+                       attributes=attributes)
+
+
+def frame_batch(body: bytes, count: int, last_offset_delta: int, base_timestamp: int, max_timestamp: int, *,
+                base_offset: int = 0, codec: int = compression.NONE, producer_id: int = NO_PRODUCER_ID,
+                producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE, attributes: int = 0) -> bytes:
+    """A RecordBatch v2 around ``count`` records already encoded in ``body`` (encode_record)."""
+    payload = compression.compress(codec, body)
     attrs = (attributes & ~0x07) | codec
-    tail = struct.pack(">hiqqqhii", attrs, recs[-1].offset - base, base_ts, max_ts, producer_id,
-                       producer_epoch, base_sequence, len(recs)) + payload
+    tail = struct.pack(">hiqqqhii", attrs, last_offset_delta, base_timestamp, max_timestamp, producer_id,
+                       producer_epoch, base_sequence, count) + payload
     crc = crc32c.crc32c(tail)
     # batchLength counts what follows it: leader epoch (4) + magic (1) + crc (4) + the tail
     length = ATTRIBUTES - LOG_OVERHEAD + len(tail)
-    return struct.pack(">qiibI", base, length, 0, 2, crc) + tail
+    return struct.pack(">qiibI", base_offset, length, 0, 2, crc) + tail
+
+
+def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """Record headers as encode_record writes them (without their count): for records that share
+    some headers, encoded once."""
+    out = bytearray()
+    for hk, hv in headers:
+        kb = hk.encode()
+        write_varint(out, len(kb))
+        out += kb
+        if hv is None:
+            write_varint(out, -1)
+        else:
+            write_varint(out, len(hv))
+            out += hv
+    return bytes(out)
 
 
 def iter_key_values(buf: bytes | bytearray | memoryview, h: BatchHeader) -> list[tuple[bytes | None, bytes | None]]:

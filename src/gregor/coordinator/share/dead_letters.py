@@ -28,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gregor.coordinator.share.share_partition import DeadLetter
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.protocol.records import Record, build_batch, decode_records, iter_batches
+from gregor.protocol.records import decode_records, encode_headers, frame_batch, iter_batches, iter_key_values
+from gregor.protocol.varint import write_varint
 from gregor.replication.leader_producer import LeaderProducer
 
 log = logging.getLogger("gregor.coordinator.share")
@@ -43,6 +44,7 @@ ENABLE = "errors.deadletterqueue.group.enable"
 HEADER_TOPIC = "__dlq.errors.topic"
 HEADER_PARTITION = "__dlq.errors.partition"
 HEADER_OFFSET = "__dlq.errors.offset"
+HEADER_OFFSET_BYTES = HEADER_OFFSET.encode()
 HEADER_GROUP = "__dlq.errors.group"
 HEADER_DELIVERY_COUNT = "__dlq.errors.delivery.count"
 HEADER_MESSAGE = "__dlq.errors.message"
@@ -125,22 +127,39 @@ class DeadLetterWriter:
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{target} is being created")
         dlq_partition = partition % dlq.partitions
         limit = int(dlq.configs.get("max.message.bytes") or self.config["message.max.bytes"])
+        # every dead letter of the letter has the same headers but its offset: encoded once
+        before = encode_headers([(HEADER_TOPIC, topic.encode()), (HEADER_PARTITION, str(partition).encode())])
+        after = encode_headers([(HEADER_GROUP, group.encode()), (HEADER_DELIVERY_COUNT,
+                                                                 str(letter.delivery_count).encode()),
+                                (HEADER_MESSAGE, letter.cause.encode())])
         while progress[0] <= letter.last_offset:
             now = int(time.time() * 1000)
-            records: list[Record] = []
-            size = BATCH_OVERHEAD
+            body = bytearray()
+            count = 0
             offset = progress[0]
             while offset <= letter.last_offset:
                 key, value = sources.get(offset, (None, None))
-                headers = self._headers(group, topic, partition, offset, letter)
-                n = 24 + len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") + 4 for k, v in headers)
-                if records and size + n > limit:
+                record = bytearray(b"\x00\x00")  # attributes, timestamp delta 0
+                write_varint(record, count)  # offset delta
+                for part in (key, value):
+                    write_varint(record, -1 if part is None else len(part))
+                    record += part or b""
+                record += b"\x0c"  # 6 headers
+                record += before
+                offset_bytes = str(offset).encode()
+                write_varint(record, len(HEADER_OFFSET))
+                record += HEADER_OFFSET_BYTES
+                write_varint(record, len(offset_bytes))
+                record += offset_bytes
+                record += after
+                if count and BATCH_OVERHEAD + len(body) + len(record) + 5 > limit:
                     break
-                records.append(Record(len(records), now, key, value, headers))
-                size += n
+                write_varint(body, len(record))
+                body += record
+                count += 1
                 offset += 1
-            code, message = await self.producer.produce(target, dlq_partition, build_batch(records, timestamp=now),
-                                                        acks=-1)
+            batch = frame_batch(bytes(body), count, count - 1, now, now)
+            code, message = await self.producer.produce(target, dlq_partition, batch, acks=-1)
             if code != ErrorCode.none:
                 raise KafkaError(code, message)
             progress[0] = offset
@@ -155,14 +174,6 @@ class DeadLetterWriter:
                 raise
 
     @staticmethod
-    def _headers(group: str, topic: str, partition: int, offset: int,
-                 letter: DeadLetter) -> list[tuple[str, bytes | None]]:
-        return [(HEADER_TOPIC, topic.encode()), (HEADER_PARTITION, str(partition).encode()),
-                (HEADER_OFFSET, str(offset).encode()), (HEADER_GROUP, group.encode()),
-                (HEADER_DELIVERY_COUNT, str(letter.delivery_count).encode()),
-                (HEADER_MESSAGE, letter.cause.encode())]
-
-    @staticmethod
     def _sources(plog: Any, letter: DeadLetter) -> dict[int, tuple[bytes | None, bytes | None]]:
         """Key and value of the letter's offsets still in the log (per record: this is the one
         place share delivery decodes records)."""
@@ -173,9 +184,14 @@ class DeadLetterWriter:
             nxt = offset
             for h in iter_batches(data):
                 if not h.attributes & CONTROL_FLAG and h.last_offset >= offset:
-                    for r in decode_records(data, h):
-                        if offset <= r.offset <= letter.last_offset:
-                            out[r.offset] = (r.key, r.value)
+                    pairs: Iterable[tuple[int, tuple[bytes | None, bytes | None]]]
+                    if h.records_count == h.last_offset_delta + 1:  # every offset there: no offsets to decode
+                        pairs = enumerate(iter_key_values(data, h), h.base_offset)
+                    else:  # compacted
+                        pairs = ((r.offset, (r.key, r.value)) for r in decode_records(data, h))
+                    for o, kv in pairs:
+                        if offset <= o <= letter.last_offset:
+                            out[o] = kv
                 nxt = h.last_offset + 1
                 if nxt > letter.last_offset:
                     break
