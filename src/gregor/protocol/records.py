@@ -95,15 +95,8 @@ def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key: bytes |
             write_varint(body, len(part))
             body += part
     write_varint(body, len(headers))
-    for hk, hv in headers:
-        kb = hk.encode()
-        write_varint(body, len(kb))
-        body += kb
-        if hv is None:
-            write_varint(body, -1)
-        else:
-            write_varint(body, len(hv))
-            body += hv
+    if headers:
+        body += encode_headers(headers)
     write_varint(out, len(body))
     out += body
 

@@ -20,7 +20,6 @@ routing of a transactional id to its shard, and the markers (markers.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -29,9 +28,10 @@ from typing import Any, Protocol
 from gregor.cluster.broker_client import BrokerClients, BrokerUnreachable
 from gregor.cluster.metadata import ClusterMetadata
 from gregor.coordinator.runtime.partition_writer import HighWatermarkListener, PartitionWriter
-from gregor.coordinator.runtime.result import CoordinatorResult, Deferred
-from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState, reload_failed_shards, resolve
+from gregor.coordinator.runtime.result import CoordinatorResult
+from gregor.coordinator.runtime.shard_runtime import ShardRuntime, ShardState
 from gregor.coordinator.runtime.timer import Timer
+from gregor.coordinator.runtime.topic_service import TopicCoordinatorService
 from gregor.coordinator.transaction.api import (
     AddPartitionsResult,
     EndTxnResult,
@@ -54,7 +54,6 @@ from gregor.protocol.transaction_log import TRANSACTION_STATE_TOPIC, partition_f
 
 log = logging.getLogger("gregor.coordinator.transaction")
 
-RELOAD_BACKOFF_S = 5.0
 VERIFY_VERSION = 4  # AddPartitionsToTxn between brokers (batched, verify_only)
 ADD_V2_VERSION = 5  # ... and adding for a transactions V2 producer (KIP-890 part 2)
 CONCURRENT_WAIT_S = 0.5  # how long a request may wait for the previous transaction's markers
@@ -62,7 +61,6 @@ CONCURRENT_WAIT_S = 0.5  # how long a request may wait for the previous transact
 # cluster they are replicated by other brokers): Kafka would answer it PRODUCER_FENCED, fatal to
 # the producer, so it waits as long as a client waits for an answer
 NEXT_END_WAIT_S = 10.0
-WRITE_TIMEOUT_S = 30.0
 
 
 @functools.lru_cache(maxsize=65536)
@@ -83,93 +81,39 @@ class ProducerIds(Protocol):
     async def allocate(self) -> int: ...
 
 
-class TransactionCoordinatorService:
+class TransactionCoordinatorService(TopicCoordinatorService[TransactionCoordinatorShard, str]):
+    topic = TRANSACTION_STATE_TOPIC
+    label = "transaction metadata"
+    partitions_key = "transaction.state.log.num.partitions"
+    segment_bytes_key = "transaction.state.log.segment.bytes"
+    min_isr_key = "transaction.state.log.min.isr"
+    replication_factor_key = "transaction.state.log.replication.factor"
+
     def __init__(self, config: Any, topics: TopicRegistry, logs: LogManager, create_topic: Callable[..., Any],
                  cluster: ClusterMetadata, replicas: TransactionReplicas, producer_ids: ProducerIds,
                  local_markers: LocalMarkers, replication_factor: int) -> None:
-        self.broker_config = config
-        self.topics = topics
-        self.logs = logs
-        self.create_topic = create_topic
-        self.cluster = cluster
-        self.replicas = replicas
         self.producer_ids = producer_ids
-        self.replication_factor = replication_factor
         self.config = TransactionConfig.from_mapping({key: config[key] for key in TransactionConfig.KEYS})
-        self.runtimes: dict[int, ShardRuntime[TransactionCoordinatorShard]] = {}
         self.epochs: dict[int, int] = {}  # coordinator epoch (leader epoch) of each loaded partition
         self.local_markers = local_markers
         # connections to other brokers: markers (WriteTxnMarkers) and verification (AddPartitionsToTxn)
         self._clients = BrokerClients(f"gregor-{cluster.node_id}-txn", 30_000)
         self.markers = MarkerChannel(cluster, topics, local_markers, self._markers_written, self._clients)
-        self._watchdog: asyncio.Task[None] | None = None
-        replicas.on_leadership.append(self.on_leadership)
-        replicas.on_high_watermark.append(self.on_high_watermark)
+        super().__init__(config, topics, logs, create_topic, cluster, replicas, replication_factor, RECORD_SERDE)
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def start(self) -> None:
-        self._watchdog = asyncio.get_running_loop().create_task(
-            reload_failed_shards(self.runtimes.values, RELOAD_BACKOFF_S))
-
     async def stop(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+        await super().stop()
         await self.markers.stop()
         await self._clients.close()
-        for p in list(self.runtimes):
-            self.unload(p)
 
-    def num_partitions(self) -> int:
-        topic = self.topics.get(TRANSACTION_STATE_TOPIC)
-        return topic.partitions if topic is not None else 0
-
-    def ensure_topic(self) -> None:
-        """Create ``__transaction_state`` (Kafka creates it on the first lookup)."""
-        if self.topics.get(TRANSACTION_STATE_TOPIC) is not None:
-            return
-        min_isr = max(1, min(self.broker_config["transaction.state.log.min.isr"], self.replication_factor))
-        self.create_topic(TRANSACTION_STATE_TOPIC, self.broker_config["transaction.state.log.num.partitions"], {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(self.broker_config["transaction.state.log.segment.bytes"]),
-            "min.insync.replicas": str(min_isr),
-            "unclean.leader.election.enable": "false",
-        }, internal=True)
-
-    # -- leadership ------------------------------------------------------------------------------
-    def on_leadership(self, topic: str, partition: int, leader_epoch: int, is_leader: bool) -> None:
-        if topic != TRANSACTION_STATE_TOPIC:
-            return
-        if not is_leader:
-            self.unload(partition)
-            return
-        runtime = self.runtimes.get(partition)
-        if runtime is not None and runtime.state is not ShardState.CLOSED:
-            return
-        self.load(partition, leader_epoch)
-
-    def on_high_watermark(self, topic: str, partition: int, offset: int) -> None:
-        if topic == TRANSACTION_STATE_TOPIC:
-            runtime = self.runtimes.get(partition)
-            if runtime is not None:
-                runtime.on_high_watermark(offset)
-
-    def load(self, partition: int, coordinator_epoch: int) -> ShardRuntime[TransactionCoordinatorShard]:
-        plog = self.logs.get(TRANSACTION_STATE_TOPIC, partition)
-        assert plog is not None
-        self.epochs[partition] = coordinator_epoch
-        runtime = ShardRuntime(partition, plog, self._make_shard, RECORD_SERDE, self.replicas,
-                               label="transaction metadata", required_acks=-1)
-        self.runtimes[partition] = runtime
-        runtime.start_loading()
-        return runtime
+    def load(self, partition: int, leader_epoch: int) -> ShardRuntime[TransactionCoordinatorShard]:
+        self.epochs[partition] = leader_epoch  # the coordinator epoch of the shard about to be made
+        return super().load(partition, leader_epoch)
 
     def unload(self, partition: int) -> None:
-        runtime = self.runtimes.pop(partition, None)
         self.markers.cancel_partition(partition)
-        if runtime is not None:
-            runtime.unload()
+        super().unload(partition)
 
     def _make_shard(self, partition: int, timer: Timer) -> TransactionCoordinatorShard:
         def send(markers: TxnMarkers, partition: int = partition) -> None:
@@ -177,10 +121,6 @@ class TransactionCoordinatorService:
 
         return TransactionCoordinatorShard(partition, self.config, now_ms, timer,
                                            coordinator_epoch=self.epochs.get(partition, 0), send_markers=send)
-
-    async def wait_loaded(self) -> None:
-        for rt in list(self.runtimes.values()):
-            await rt.wait_loaded()
 
     # -- routing -----------------------------------------------------------------------------------
     def partition_for(self, transactional_id: str) -> int:
@@ -190,63 +130,7 @@ class TransactionCoordinatorService:
         """FindCoordinator for a transactional id: (node id, error, reason)."""
         if not transactional_id:
             return -1, ErrorCode.invalid_request, "empty transactional id"
-        if self.num_partitions() <= 0:
-            live = len(self.cluster.brokers())
-            if live < self.replication_factor:
-                return -1, ErrorCode.coordinator_not_available, (
-                    f"{TRANSACTION_STATE_TOPIC} needs transaction.state.log.replication.factor="
-                    f"{self.replication_factor} live brokers; {live} are alive")
-            try:
-                self.ensure_topic()
-            except KafkaError as e:
-                if e.code not in (ErrorCode.leader_not_available, ErrorCode.topic_already_exists):
-                    return -1, ErrorCode.coordinator_not_available, e.message
-            if self.num_partitions() <= 0:
-                return -1, ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC} is being created"
-        partition = self.partition_for(transactional_id)
-        leader = self.cluster.partition(TRANSACTION_STATE_TOPIC, partition).leader
-        if leader < 0:
-            return -1, ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC}-{partition} has no leader"
-        if leader == self.cluster.node_id:
-            runtime = self.runtimes.get(partition)
-            if runtime is not None and runtime.state is ShardState.FAILED:
-                return -1, ErrorCode.coordinator_not_available, (
-                    f"{runtime.name} failed to load here: {runtime.load_error}")
-        return leader, ErrorCode.none, None
-
-    def _runtime_for(self, transactional_id: str) -> ShardRuntime[TransactionCoordinatorShard]:
-        if self.num_partitions() <= 0:
-            raise KafkaError(ErrorCode.coordinator_not_available, f"{TRANSACTION_STATE_TOPIC} does not exist yet")
-        partition = self.partition_for(transactional_id)
-        runtime = self.runtimes.get(partition)
-        if runtime is None or not self.replicas.leads(TRANSACTION_STATE_TOPIC, partition):
-            raise KafkaError(ErrorCode.not_coordinator,
-                             f"{TRANSACTION_STATE_TOPIC}-{partition} is not coordinated by broker "
-                             f"{self.cluster.node_id}")
-        return runtime
-
-    async def _write(self, transactional_id: str,
-                     op: Callable[[TransactionCoordinatorShard], CoordinatorResult[Any]]) -> Any:
-        """Run an operation on the id's shard; its answer once its record is replicated. KafkaError
-        NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE when it cannot."""
-        runtime = self._runtime_for(transactional_id)
-        try:
-            self.replicas.check_min_isr(TRANSACTION_STATE_TOPIC, runtime.partition)
-        except KafkaError as e:
-            if e.code == ErrorCode.not_enough_replicas:
-                raise KafkaError(ErrorCode.coordinator_not_available, e.message) from None
-        response = runtime.execute(op)
-        if not isinstance(response, Deferred):
-            return response
-        try:
-            return await asyncio.wait_for(resolve(response), WRITE_TIMEOUT_S)
-        except TimeoutError:
-            raise KafkaError(ErrorCode.coordinator_not_available,
-                             f"{runtime.name}: the write was not replicated within {WRITE_TIMEOUT_S:.0f} s") from None
-        except KafkaError as e:
-            if e.code == ErrorCode.not_coordinator:
-                raise
-            raise KafkaError(ErrorCode.coordinator_not_available, e.message) from None
+        return super().locate(transactional_id)
 
     async def _write_after_markers(self, transactional_id: str,
                                    op: Callable[[TransactionCoordinatorShard], CoordinatorResult[Any]],
