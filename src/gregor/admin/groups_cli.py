@@ -11,6 +11,7 @@ from typing import Any
 
 from gregor.admin import share_groups_cli, steering_cli
 from gregor.admin.client import AdminClient, AdminError
+from gregor.admin.offset_targets import reset_targets
 from gregor.admin.output import add_action, add_common_options, admin_client, emit
 from gregor.assignment import steering
 from gregor.protocol.api_keys import ApiKey
@@ -328,20 +329,8 @@ def reset_offsets(admin: AdminClient, args: argparse.Namespace) -> int:
         raise AdminError(f"the log offsets of {', '.join(unknown)} are unknown (no leader answered): "
                          "nothing is reset")
     committed = committed_offsets(admin, args.group)
-    target: dict[tuple[str, int], int] = {}
-    if args.to_datetime:
-        at = admin.list_offsets(tps, _parse_datetime(args.to_datetime))
-        target = {tp: (o if o >= 0 else latest[tp]) for tp, o in at.items()}
-    for tp in tps:
-        if args.to_earliest:
-            target[tp] = earliest[tp]
-        elif args.to_latest:
-            target[tp] = latest[tp]
-        elif args.to_offset is not None:
-            target[tp] = args.to_offset
-        elif args.shift_by is not None:
-            target[tp] = committed.get(tp, (latest[tp], ""))[0] + args.shift_by
-        target[tp] = max(earliest[tp], min(target[tp], latest[tp]))  # clamp to the log, as Kafka does
+    at = admin.list_offsets(tps, _parse_datetime(args.to_datetime)) if args.to_datetime else {}
+    target = reset_targets(args, tps, earliest, latest, at, {tp: off for tp, (off, _meta) in committed.items()})
     rows = [{"group": args.group, "topic": t, "partition": p,
              "previous_offset": committed.get((t, p), (None, ""))[0], "new_offset": target[(t, p)]}
             for t, p in tps]

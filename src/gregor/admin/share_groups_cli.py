@@ -8,6 +8,7 @@ import argparse
 from typing import Any
 
 from gregor.admin.client import AdminClient, AdminError
+from gregor.admin.offset_targets import reset_targets
 from gregor.admin.output import emit
 from gregor.protocol.api_keys import ApiKey
 from gregor.protocol.errors import ErrorCode
@@ -77,20 +78,8 @@ def reset_offsets(admin: AdminClient, args: argparse.Namespace, g: Any, tps: lis
         raise AdminError(f"Share group '{args.group}' offsets can only be reset while it is empty, but it has "
                          f"{len(g.members)} members.")
     current = {(r["topic"], r["partition"]): r["start_offset"] for r in share_offsets(admin, args.group)}
-    target: dict[tuple[str, int], int] = {}
-    for tp in tps:
-        start = current.get(tp, "-")
-        if args.to_earliest:
-            target[tp] = earliest[tp]
-        elif args.to_latest:
-            target[tp] = latest[tp]
-        elif args.to_offset is not None:
-            target[tp] = args.to_offset
-        elif args.shift_by is not None:
-            target[tp] = (start if isinstance(start, int) else latest[tp]) + args.shift_by
-        else:
-            target[tp] = at[tp] if at.get(tp, -1) >= 0 else latest[tp]
-        target[tp] = max(earliest[tp], min(target[tp], latest[tp]))  # clamp to the log, as Kafka does
+    target = reset_targets(args, tps, earliest, latest, at,
+                           {tp: start for tp, start in current.items() if isinstance(start, int) and start >= 0})
     rows = [{"group": args.group, "topic": t, "partition": p, "previous_start_offset": current.get((t, p), "-"),
              "new_start_offset": target[(t, p)]} for t, p in tps]
     if args.execute:
