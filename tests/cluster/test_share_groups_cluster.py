@@ -9,7 +9,7 @@ import time
 import confluent_kafka as ck
 
 from gregor.protocol.share_state_records import SHARE_STATE_TOPIC
-from tests.support.group_checks import start_cluster
+from tests.support.group_checks import bootstrap_of, start_cluster
 from tests.support.group_load import leader_of, wait_full_isr
 from tests.support.replication import create_topic
 from tests.support.share_clients import (
@@ -81,3 +81,48 @@ def test_dead_letters_reach_a_dead_letter_partition_led_by_another_broker(cluste
     dlq_leaders = {p: leader_of(cluster, "dlq.jobs", p) for p in range(2)}
     assert any(leaders[src] != dlq_leaders[dlq] for dlq, src in sources), \
         f"no dead letter crossed brokers (leaders {leaders}, {dlq_leaders}): the test proves nothing"
+
+
+def test_dead_letters_waiting_when_their_leader_dies_are_written_by_the_next_leader(cluster_factory):
+    """Records rejected while the dead-letter topic cannot take writes (its min.insync.replicas is 3
+    and a broker is down) wait ARCHIVING on the share-partition's leader; that leader is SIGKILLed:
+    the next leader loads them ARCHIVING from the share coordinator, never delivers them again, and
+    writes their dead letters once the topic can take them."""
+    cluster = start_cluster(cluster_factory, **SHARE_OVERRIDES)
+    create_topic(cluster.bootstrap, "jobs", 1, 3, {"min.insync.replicas": "2"})
+    create_topic(cluster.bootstrap, "dlq.jobs", 1, 3, {"min.insync.replicas": "3", **DLQ})
+    wait_full_isr(cluster, "jobs", 1)
+    wait_full_isr(cluster, "dlq.jobs", 1)
+    start_group_at_earliest(cluster, "crew", **{"errors.deadletterqueue.topic.name": "dlq.jobs"})
+    values = [f"j{i}" for i in range(20)]
+    produce(cluster.bootstrap, "jobs", values)
+    with share_consumer(cluster.bootstrap, "warm-up", "jobs") as c:  # at the log end: creates the state topic
+        poll_values(c, time.monotonic() + 3)
+    wait_full_isr(cluster, SHARE_STATE_TOPIC, 3)
+    leader = leader_of(cluster, "jobs", 0)
+    down = next(b for b in cluster.ids if b != leader)
+    cluster.kill(down)
+    # dlq.jobs-0 has 2 of the 3 in-sync replicas it needs: its writes are refused before they are
+    # appended (NOT_ENOUGH_REPLICAS), so no dead letter of the first leader can reach it later
+    wait_full_isr(cluster, "dlq.jobs", 1, replicas=2)
+    up = bootstrap_of(cluster, [b for b in cluster.ids if b != down])
+    rejected: set[str] = set()
+    with share_consumer(up, "crew", "jobs", explicit=True) as c:
+        deadline = time.monotonic() + 60
+        while len(rejected) < len(values) and time.monotonic() < deadline:
+            msgs = [m for m in c.poll(0.5) if m.error() is None]
+            for m in msgs:
+                c.acknowledge(m, ck.AcknowledgeType.REJECT)
+                rejected.add(m.value().decode())
+            if msgs:
+                c.commit_sync()  # answered once the ARCHIVING state is replicated
+        assert rejected == set(values)
+        time.sleep(2)  # the leader tries to write the dead letters, and cannot
+        cluster.kill(leader)
+        cluster.restart(down, timeout=60)
+        cluster.restart(leader, timeout=60)
+        again = poll_values(c, time.monotonic() + 15)  # the next leader loads the share-partition
+    assert again == [], "a rejected record was delivered again"
+    letters = read_all(cluster.bootstrap, "dlq.jobs", len(values), timeout=120)
+    offsets = {int(dict(m.headers())["__dlq.errors.offset"]) for m in letters}
+    assert offsets == set(range(len(values))), "every rejected record has its dead letter (at least once)"
