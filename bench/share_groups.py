@@ -16,7 +16,10 @@
    dead-letter topic and once with one (``errors.deadletterqueue.copy.record.enable=true``):
    rejections per second for each, and the dead letters written per second (from the first
    rejection until the dead-letter topic holds them all).
-4. Redelivery latency (``redeliver``): a consumer acquires records and never acknowledges them;
+4. Scaling (``--scale 1,4,8``): that many share consumers of one group, each in a process of its
+   own, read the topic to its end together: records/s for each count (Kafka's published figure:
+   linear from 4 to 32 consumers on 4 partitions; here clients and broker share 2 cores).
+5. Redelivery latency (``redeliver``): a consumer acquires records and never acknowledges them;
    with ``group.share.record.lock.duration.ms`` set to ``--lock-ms``, another consumer of the group
    receives them again: the time from the first acquisition to the redelivery, minus the lock
    (the broker's part), over ``--samples`` samples.
@@ -148,6 +151,42 @@ def dead_letter_rate(bootstrap: str, topic: str, records: int) -> tuple[float, f
     return rate, records / written
 
 
+def _scale_worker(bootstrap: str, topic: str, group: str, records: int, total: Any, go: Any) -> None:
+    c = ck.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": 5000, **QUIET})
+    c.subscribe([topic])
+    go.wait()
+    deadline = time.monotonic() + 300
+    while total.value < records and time.monotonic() < deadline:
+        n = sum(1 for m in c.poll(0.5) if m.error() is None)
+        if n:
+            with total.get_lock():
+                total.value += n
+    c.close()
+
+
+def scaled_rate(bootstrap: str, topic: str, records: int, consumers: int) -> float:
+    """Records/s of ``consumers`` share consumers (one process each) reading the topic together."""
+    import multiprocessing as mp
+
+    group = f"scale-{uuid.uuid4()}"
+    earliest(bootstrap, group)
+    ctx = mp.get_context("spawn")
+    total, go = ctx.Value("q", 0), ctx.Event()
+    procs = [ctx.Process(target=_scale_worker, args=(bootstrap, topic, group, records, total, go))
+             for _ in range(consumers)]
+    for p in procs:
+        p.start()
+    time.sleep(3 + consumers)  # all of them in the group before the clock starts
+    started = time.monotonic()
+    go.set()
+    while total.value < records and time.monotonic() - started < 300:
+        time.sleep(0.01)
+    elapsed = time.monotonic() - started
+    for p in procs:
+        p.join(30)
+    return total.value / elapsed
+
+
 def redelivery_latency(bootstrap: str, topic: str, lock_ms: int) -> float:
     """Seconds from the first acquisition to the redelivery, minus the lock duration."""
     group = f"rd-{uuid.uuid4()}"
@@ -182,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-poll-records", type=int, default=5000,
                     help="the share consumer's max.poll.records (ShareFetch's MaxRecords; Kafka's default 500)")
     ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument("--scale", default="1,4,8", help="share consumer counts for the scaling figure (empty: skip)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -213,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         rejects, written = dead_letter_rate(bootstrap, topic, some)
         figures["explicit_rejects_dead_lettered_per_s"] = rejects
         figures["dead_letters_written_per_s"] = written
+        for n in [int(x) for x in args.scale.split(",") if x]:
+            figures[f"scale_{n}_consumers_rec_s"] = scaled_rate(bootstrap, topic, args.records, n)
+            print(f"  {n} share consumers: {figures[f'scale_{n}_consumers_rec_s']:,.0f} rec/s", file=out)
         fill(bootstrap, "share-redeliver", 1, 50, 100)
         lat = [redelivery_latency(bootstrap, "share-redeliver", args.lock_ms) for _ in range(args.samples)]
         figures["redelivery_after_lock_s_median"] = statistics.median(lat)
