@@ -258,3 +258,47 @@ def test_operators_steer_a_share_group(broker_factory, capsys):
     finally:
         for c in consumers:
             c.close()
+
+
+HOLDER = """
+import sys, time
+import confluent_kafka as ck
+c = ck.ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": "g", "share.acknowledgement.mode": "explicit"})
+c.subscribe(["held"])
+got = 0
+while got < 30:
+    got += sum(1 for m in c.poll(0.5) if m.error() is None)
+print("acquired", got, flush=True)
+time.sleep(600)
+"""
+
+
+def test_records_of_a_sigkilled_consumer_come_back(broker_factory):
+    """A consumer process SIGKILLed holding acquired records: its connection closes, its share
+    session ends and the records are delivered again (Kafka releases them then, at the latest
+    when their lock expires), with their delivery count."""
+    import signal
+    import subprocess
+    import sys
+
+    b = broker_factory(group_share_record_lock_duration_ms="15000")
+    create(b.bootstrap, "held")
+    start_group_at_earliest(b, "g")
+    produce(b.bootstrap, "held", [f"h{i}" for i in range(30)])
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, b.bootstrap], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().split() == ["acquired", "30"]
+        killed = time.monotonic()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        with share_consumer(b.bootstrap, "g", "held") as c:
+            again = poll_values(c, time.monotonic() + 30, want=30)
+            c.commit_sync()
+        waited = time.monotonic() - killed
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert sorted(m.value().decode() for m in again) == sorted(f"h{i}" for i in range(30))
+    assert all(m.delivery_count() == 2 for m in again)
+    assert waited < 15, f"released when the connection closed, not after the 15 s lock ({waited:.1f} s)"
