@@ -272,6 +272,13 @@ def test_brokers_share_group_configs_through_zookeeper(tmp_path, zookeeper):
             await zks[0].create(group_config_path("h"), encode_group_config(
                 {"consumer.session.timeout.ms": "1", "share.auto.offset.reset": "earliest"}))
             await until(lambda: d2.groups.get("h") == {"share.auto.offset.reset": "earliest"}, "the usable key")
+            # read now, not when the watch fires: what a client set just before is seen at once
+            await zks[0].create(group_config_path("r"), encode_group_config({"share.auto.offset.reset": "earliest"}))
+            await d3.refresh_group("r")
+            assert d3.groups["r"] == {"share.auto.offset.reset": "earliest"}
+            await zks[0].delete(group_config_path("r"))
+            await d3.refresh_group("r")
+            assert "r" not in d3.groups
         finally:
             for s in stores:
                 await s.stop()

@@ -144,5 +144,5 @@ def _share_delivery(config: BrokerConfig, logs: LogManager, replicas: Any, share
     dead_letters = DeadLetterWriter(config, registry, create_topic,
                                     LeaderProducer(cluster, replicas, f"gregor-{cluster.node_id}-dead-letters"))
     partitions = SharePartitionManager(logs, replicas, Persister(share_state, cluster), settings,
-                                       dead_letters=dead_letters)
+                                       dead_letters=dead_letters, refresh_settings=dynamic_configs.refresh_group)
     return ShareService(partitions, settings, logs.notifier.wait, config["group.share.max.share.sessions"])

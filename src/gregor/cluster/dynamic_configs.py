@@ -386,6 +386,17 @@ class DynamicConfigs:
                 self.groups[group_id] = old
             raise KafkaError(ErrorCode.kafka_storage_error, f"cannot save {self.path.name}: {e}") from None
 
+    async def refresh_group(self, group_id: str) -> None:
+        """In a cluster: the group's overrides read from ZooKeeper now (see ZkGroupConfigs.refresh);
+        on one node they are always current. A failure leaves what this broker mirrors."""
+        if self.group_store is None:
+            return
+        try:
+            await self.group_store.refresh(group_id)
+        except Exception as e:  # noqa: BLE001 - ZooKeeper away: the mirror stands
+            log.warning("group %s: its configs could not be read from ZooKeeper now (%s); using the ones "
+                        "mirrored here", group_id, e)
+
     def mirror_group(self, group_id: str, overrides: dict[str, str]) -> None:
         """In a cluster: the group's overrides as ZooKeeper holds them (nothing saved here)."""
         if overrides:

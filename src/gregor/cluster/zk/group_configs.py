@@ -232,6 +232,13 @@ class ZkGroupConfigs:
                     raise
             await asyncio.sleep(0.1)
 
+    async def refresh(self, group_id: str) -> None:
+        """Read the group's node now rather than wait for its watch (which fires some milliseconds
+        after a change): for a decision that must see a change its client made just before (a
+        share-partition's first start offset follows share.auto.offset.reset)."""
+        got = await self.zk.get(group_config_path(group_id))
+        self._node_changed(znode_name(group_id), got[0] if got is not None else None)
+
     # -- writes --------------------------------------------------------------------------------
     async def alter(self, group_id: str, compute: Callable[[dict[str, str]], dict[str, str]],
                     validate_only: bool) -> None:

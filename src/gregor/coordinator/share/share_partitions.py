@@ -31,7 +31,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +102,9 @@ class ShareSettings:
 class SharePartitionManager:
     def __init__(self, logs: Any, replicas: Any, persister: Persister,
                  settings: Callable[[str], ShareSettings], clock: Callable[[], int] = now_ms,
-                 dead_letters: DeadLetterWriter | None = None) -> None:
+                 dead_letters: DeadLetterWriter | None = None,
+                 refresh_settings: Callable[[str], Awaitable[None]] | None = None) -> None:
+        self.refresh_settings = refresh_settings  # reads a group's configs at their source now
         self.logs = logs
         self.dead_letters = dead_letters
         self._tasks: set[asyncio.Task[None]] = set()
@@ -152,8 +154,12 @@ class SharePartitionManager:
         if held.sp is not None:
             return held.sp
         stored = await self.persister.read(held.key, held.leader_epoch)
-        # the group's settings as they are now, after the wait: in a cluster a group config set
-        # just before the first fetch may reach this broker while the state is read
+        if stored is None and self.refresh_settings is not None:
+            # where a new share-partition starts follows share.auto.offset.reset, which its client
+            # may have set just before: in a cluster it is read from ZooKeeper, not the mirror that
+            # a watch updates some milliseconds after the change (librdkafka's 0171/0176/0180 on
+            # three brokers started partitions at the log end)
+            await self.refresh_settings(held.key.group)
         s = self.settings(held.key.group)
         params: dict[str, Any] = {"record_lock_ms": s.record_lock_ms, "delivery_count_limit": s.delivery_count_limit,
                   "max_in_flight": s.max_in_flight, "dead_letters": bool(s.dead_letter_topic)}
