@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gregor.assignment import steering
 from gregor.atomic_file import write_atomically
 from gregor.config import KEYS, BrokerConfig, ConfigError
+from gregor.log.topic_registry import validate_topic_name
 from gregor.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -60,7 +60,6 @@ SERVED = frozenset({
     "log.message.timestamp.type", "log.cleaner.backoff.ms",
 })
 # Kafka's dynamic broker keys that mean nothing on one node (accepted in server.properties too)
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _LISTENER_SASL = frozenset({
     "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config", "sasl.enabled.mechanisms",
     "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor",
@@ -299,8 +298,10 @@ class DynamicConfigs:
         the topic allows it is checked when a record is dead-lettered, as Kafka."""
         if not name:
             return ""
-        if len(name) > 249 or name in (".", "..") or not _TOPIC_NAME.fullmatch(name):
-            raise KafkaError(ErrorCode.invalid_config, f"{DEAD_LETTER_TOPIC}: {name!r} is not a legal topic name")
+        try:
+            validate_topic_name(name)
+        except KafkaError as e:
+            raise KafkaError(ErrorCode.invalid_config, f"{DEAD_LETTER_TOPIC}: {e.message}") from None
         if name.startswith("__"):
             raise KafkaError(ErrorCode.invalid_config, f"{DEAD_LETTER_TOPIC}: {name!r} starts with __")
         prefix = str(self.config["errors.deadletterqueue.topic.name.prefix"])

@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from gregor.coordinator.share.share_partition import STATS, TERMINAL, RecordState, SharePartition
+from gregor.coordinator.share.share_partition import STATS, RecordState, SharePartition
 
 Views = Callable[[], list[tuple[str, str, int, SharePartition]]]
 HighWatermark = Callable[[str, int], int | None]
@@ -55,8 +55,7 @@ class ShareMetrics:
             end.add_metric(labels, sp.end_offset)
             hw = self.high_watermark(topic, partition)
             if hw is not None:
-                done = sum(counts[s] for s in TERMINAL)
-                lag.add_metric(labels, max(hw - sp.start_offset - done, 0))
+                lag.add_metric(labels, sp.lag(hw))
             for name, family in counters.items():
                 family.add_metric(labels, sp.stats[name])
         yield records

@@ -162,7 +162,7 @@ class TelemetryWriter:
             out.append({"ts": now_ms, "broker": self.node_id, "broker_start": self.started_ms, "group": group_id,
                         "topic": topic, "partition": partition, "kind": "share", "messages": stats["acquired"],
                         "bytes": None, "committed": start, "log_end": hw,
-                        "lag": max(hw - start - counts[RecordState.ACKNOWLEDGED] - counts[RecordState.ARCHIVED], 0),
+                        "lag": sp.lag(hw),
                         "time_lag_s": round(self.metrics.history.time_lag((topic, partition), start, hw, now_s), 3),
                         "state": state or ("Stable" if shares.members(group_id) else ""),
                         "members": max(members, shares.members(group_id)), "commit_ts": seen[1],

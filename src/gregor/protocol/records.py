@@ -83,7 +83,10 @@ def decode_records(buf: bytes | bytearray | memoryview, h: BatchHeader) -> list[
 
 
 def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key: bytes | None,
-                  value: bytes | None, headers: Sequence[tuple[str, bytes | None]] = ()) -> None:
+                  value: bytes | None, headers: Sequence[tuple[str, bytes | None]] = (),
+                  encoded_headers: tuple[int, bytes] | None = None) -> None:
+    """One record, length-prefixed, appended to ``out``; ``encoded_headers`` (count, bytes from
+    encode_headers) in place of ``headers`` for records that share most of theirs."""
     body = bytearray()
     body.append(0)
     write_varint(body, ts_delta)
@@ -94,9 +97,13 @@ def encode_record(out: bytearray, offset_delta: int, ts_delta: int, key: bytes |
         else:
             write_varint(body, len(part))
             body += part
-    write_varint(body, len(headers))
-    if headers:
-        body += encode_headers(headers)
+    if encoded_headers is not None:
+        write_varint(body, encoded_headers[0])
+        body += encoded_headers[1]
+    else:
+        write_varint(body, len(headers))
+        if headers:
+            body += encode_headers(headers)
     write_varint(out, len(body))
     out += body
 

@@ -34,8 +34,14 @@ from typing import Any
 from gregor.coordinator.share.share_partition import DeadLetter
 from gregor.log.topic_registry import TopicRegistry
 from gregor.protocol.errors import ErrorCode, KafkaError
-from gregor.protocol.records import decode_records, encode_headers, frame_batch, iter_batches, iter_key_values
-from gregor.protocol.varint import write_varint
+from gregor.protocol.records import (
+    decode_records,
+    encode_headers,
+    encode_record,
+    frame_batch,
+    iter_batches,
+    iter_key_values,
+)
 from gregor.replication.leader_producer import LeaderProducer
 
 log = logging.getLogger("gregor.coordinator.share")
@@ -44,7 +50,6 @@ ENABLE = "errors.deadletterqueue.group.enable"
 HEADER_TOPIC = "__dlq.errors.topic"
 HEADER_PARTITION = "__dlq.errors.partition"
 HEADER_OFFSET = "__dlq.errors.offset"
-HEADER_OFFSET_BYTES = HEADER_OFFSET.encode()
 HEADER_GROUP = "__dlq.errors.group"
 HEADER_DELIVERY_COUNT = "__dlq.errors.delivery.count"
 HEADER_MESSAGE = "__dlq.errors.message"
@@ -139,22 +144,11 @@ class DeadLetterWriter:
             offset = progress[0]
             while offset <= letter.last_offset:
                 key, value = sources.get(offset, (None, None))
-                record = bytearray(b"\x00\x00")  # attributes, timestamp delta 0
-                write_varint(record, count)  # offset delta
-                for part in (key, value):
-                    write_varint(record, -1 if part is None else len(part))
-                    record += part or b""
-                record += b"\x0c"  # 6 headers
-                record += before
-                offset_bytes = str(offset).encode()
-                write_varint(record, len(HEADER_OFFSET))
-                record += HEADER_OFFSET_BYTES
-                write_varint(record, len(offset_bytes))
-                record += offset_bytes
-                record += after
-                if count and BATCH_OVERHEAD + len(body) + len(record) + 5 > limit:
+                record = bytearray()
+                headers = before + encode_headers([(HEADER_OFFSET, str(offset).encode())]) + after
+                encode_record(record, count, 0, key, value, encoded_headers=(6, headers))
+                if count and BATCH_OVERHEAD + len(body) + len(record) > limit:
                     break
-                write_varint(body, len(record))
                 body += record
                 count += 1
                 offset += 1

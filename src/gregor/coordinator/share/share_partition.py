@@ -418,6 +418,12 @@ class SharePartition:
                 out.append(StateBatch(r.first, r.last, state, r.delivery_count))
         return out
 
+    def lag(self, high_watermark: int) -> int:
+        """Records from the start offset to ``high_watermark`` whose delivery is not complete
+        (KIP-1226's share-partition lag)."""
+        done = sum(r.last - r.first + 1 for r in self.runs if r.state in TERMINAL)
+        return max(high_watermark - self.start_offset - done, 0)
+
     def stuck(self) -> int:
         """In-flight records delivered more than once and not done: what keeps failing."""
         return sum(r.last - r.first + 1 for r in self.runs

@@ -104,14 +104,14 @@ class SharePartitionManager:
                  settings: Callable[[str], ShareSettings], clock: Callable[[], int] = now_ms,
                  dead_letters: DeadLetterWriter | None = None,
                  refresh_settings: Callable[[str], Awaitable[None]] | None = None) -> None:
-        self.refresh_settings = refresh_settings  # reads a group's configs at their source now
         self.logs = logs
-        self.dead_letters = dead_letters
-        self._tasks: set[asyncio.Task[None]] = set()
         self.replicas = replicas
         self.persister = persister
         self.settings = settings
+        self.refresh_settings = refresh_settings  # reads a group's configs at their source now
         self.clock = clock
+        self.dead_letters = dead_letters
+        self._tasks: set[asyncio.Task[None]] = set()  # the dead-letter copies under way
         self.held: dict[tuple[str, str, int], Held] = {}
         # what happened to each share-partition while this broker led it, across its loads here
         # (a reset, leadership lost and gained again): counters for metrics and telemetry
@@ -179,7 +179,6 @@ class SharePartitionManager:
         sp.advance_start(plog.log_start_offset)
         sp.stats = self.stats.setdefault((held.key.group, held.topic, held.key.partition), sp.stats)
         held.sp = sp
-        self._dispatch(held, sp, plog)
         return sp
 
     def _apply(self, held: Held, sp: SharePartition) -> ShareSettings:
