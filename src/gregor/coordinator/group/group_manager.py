@@ -398,6 +398,10 @@ class GroupManager:
             if member.awaiting_sync is not None:
                 self.ctx.answer(member.awaiting_sync, SyncResult(error=error))
                 member.awaiting_sync = None
+                # its session runs again, as after an answered sync (Kafka's propagateAssignment): a
+                # heartbeat that expired while it waited was not rescheduled, and a static member
+                # that never came back would hold the group in PreparingRebalance for good
+                self._schedule_heartbeat(group, member)
 
     # -- SyncGroup ---------------------------------------------------------------------------
     def sync_group(self, req: SyncRequest) -> CoordinatorResult[SyncResult]:
